@@ -1,0 +1,74 @@
+"""The `ha-ops` command: registers the command groups and maps errors to exit codes."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+import typer
+
+from ha_ops import __version__
+from ha_ops.cli import lab as lab_cmd
+from ha_ops.cli import output
+from ha_ops.cli import spec as spec_cmd
+from ha_ops.errors import HaOpsError, SpecError
+
+app = typer.Typer(
+    name="ha-ops",
+    help="Build and operate high-availability GPU clusters.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+app.add_typer(spec_cmd.app, name="spec")
+app.add_typer(lab_cmd.app, name="lab")
+
+
+def _version(value: bool) -> None:
+    if value:
+        output.result(f"ha-ops {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    verbose: bool = typer.Option(False, "--verbose", "-v", envvar="HA_OPS_VERBOSE", help="Log debug detail to stderr."),
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
+) -> None:
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.WARNING,
+        format="%(asctime)s %(name)s %(levelname)s %(message)s",
+        stream=sys.stderr,
+    )
+
+
+def main() -> None:
+    try:
+        app(standalone_mode=False)
+    except SystemExit:
+        raise
+    except HaOpsError as exc:
+        if isinstance(exc, SpecError):
+            output.error(f"{exc.source}: invalid")
+            for problem in exc.problems:
+                output.error(f"  {problem}")
+        else:
+            output.error(str(exc))
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        output.error("interrupted")
+        sys.exit(130)
+    except Exception as exc:  # click's usage errors and aborts arrive here in non-standalone mode
+        import click
+
+        if isinstance(exc, click.exceptions.ClickException):
+            exc.show()
+            sys.exit(exc.exit_code)
+        if isinstance(exc, click.exceptions.Abort):
+            output.error("aborted")
+            sys.exit(1)
+        if os.environ.get("HA_OPS_VERBOSE"):
+            raise
+        output.error(f"internal error: {type(exc).__name__}: {exc} (run with -v for the traceback)")
+        sys.exit(70)

@@ -1,0 +1,175 @@
+"""The concrete layout derived from a ClusterSpec: which host sits on which leaf, every address, every link.
+
+Pure and deterministic: the lab, the inventory and the Pulumi programs all place hosts through this module.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from ipaddress import IPv4Address, IPv4Network
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ha_ops.spec.model import ClusterSpec
+
+SPINE_ASN = 65000
+LEAF_ASN_BASE = 65100
+FIRST_HOST_OFFSET = 10  # .1 is the leaf gateway; .2-.9 stay free for infrastructure
+
+
+@dataclass(frozen=True)
+class SpineLayout:
+    index: int
+    name: str
+    asn: int
+
+
+@dataclass(frozen=True)
+class LeafLayout:
+    index: int
+    name: str
+    asn: int
+    subnet: IPv4Network
+    gateway: IPv4Address
+
+
+@dataclass(frozen=True)
+class LinkLayout:
+    """A spine-leaf point-to-point /31. Interface names are unique within each switch."""
+
+    spine: int
+    leaf: int
+    spine_address: IPv4Address
+    leaf_address: IPv4Address
+
+    @property
+    def spine_ifname(self) -> str:
+        return f"to-leaf{self.leaf}"
+
+    @property
+    def leaf_ifname(self) -> str:
+        return f"to-spine{self.spine}"
+
+
+@dataclass(frozen=True)
+class NodeLayout:
+    name: str
+    roles: tuple[str, ...]
+    domain: str
+    leaf: int
+    address: IPv4Address
+    pool: str | None = None
+    gpus: int = 0
+    gpu_model: str = ""
+    cpus: int = 2
+    memory_mb: int = 1024
+    spare: bool = False
+
+
+@dataclass(frozen=True)
+class Layout:
+    spines: list[SpineLayout]
+    leaves: list[LeafLayout]
+    links: list[LinkLayout]
+    nodes: list[NodeLayout]
+    problems: list[str] = field(default_factory=list)
+
+    def node(self, name: str) -> NodeLayout:
+        for node in self.nodes:
+            if node.name == name:
+                return node
+        raise KeyError(name)
+
+    def leaf(self, index: int) -> LeafLayout:
+        return self.leaves[index - 1]
+
+    def nodes_with_role(self, role: str) -> list[NodeLayout]:
+        return [n for n in self.nodes if role in n.roles]
+
+
+def leaf_for_domain(spec: ClusterSpec, domain: str) -> int:
+    for i, dom in enumerate(spec.failure_domains):
+        if dom.name == domain:
+            return dom.leaf if dom.leaf is not None else i % spec.fabric.leaves + 1
+    raise KeyError(domain)
+
+
+def compute_layout(spec: ClusterSpec) -> Layout:
+    fab = spec.fabric
+    base = int(spec.network.host_cidr.network_address)
+    spines = [SpineLayout(i, f"spine{i}", SPINE_ASN) for i in range(1, fab.spines + 1)]
+    leaves = []
+    for j in range(1, fab.leaves + 1):
+        subnet = IPv4Network((base + (j - 1) * 256, 24))
+        leaves.append(LeafLayout(j, f"leaf{j}", LEAF_ASN_BASE + j, subnet, subnet.network_address + 1))
+
+    links = []
+    fabric_base = int(spec.network.fabric_cidr.network_address)
+    for leaf in leaves:
+        for k in range(fab.uplinks_per_leaf):
+            spine = (leaf.index - 1 + k) % fab.spines + 1
+            n = len(links)
+            links.append(
+                LinkLayout(spine, leaf.index, IPv4Address(fabric_base + 2 * n), IPv4Address(fabric_base + 2 * n + 1))
+            )
+
+    wanted: list[tuple[str, tuple[str, ...], str, IPv4Address | None, dict]] = []
+    for host in spec.controllers.hosts:
+        wanted.append((host.name, ("controller",), host.domain, host.address, {}))
+    wanted.append((spec.monitoring.host.name, ("monitoring",), spec.monitoring.host.domain, spec.monitoring.host.address, {}))
+    if spec.storage:
+        for host in spec.storage.hosts:
+            wanted.append((host.name, ("storage",), host.domain, host.address, {}))
+    for pool in spec.pools:
+        names = pool.node_names()
+        first_spare = pool.count - pool.spare_count
+        for k, name in enumerate(names):
+            extra = {
+                "pool": pool.name,
+                "gpus": pool.gpus_per_node,
+                "gpu_model": pool.gpu_model,
+                "cpus": pool.cpus_per_node,
+                "memory_mb": pool.memory_mb,
+                "spare": k >= first_spare,
+            }
+            wanted.append((name, ("gpu",), pool.domains[k % len(pool.domains)], None, extra))
+
+    problems: list[str] = []
+    taken: dict[IPv4Address, str] = {}
+    for leaf in leaves:
+        taken[leaf.gateway] = f"{leaf.name} gateway"
+    for name, _roles, domain, address, _extra in wanted:
+        if address is None:
+            continue
+        leaf = leaves[leaf_for_domain(spec, domain) - 1]
+        if address not in leaf.subnet or address in (leaf.subnet.network_address, leaf.subnet.broadcast_address):
+            problems.append(f"{name}.address: {address} is not a host address of {leaf.name}'s subnet {leaf.subnet}")
+        elif address in taken:
+            problems.append(f"{name}.address: {address} collides with {taken[address]}")
+        else:
+            taken[address] = name
+
+    next_free = {leaf.index: FIRST_HOST_OFFSET for leaf in leaves}
+    nodes = []
+    for name, roles, domain, address, extra in wanted:
+        leaf_index = leaf_for_domain(spec, domain)
+        leaf = leaves[leaf_index - 1]
+        if address is None:
+            while True:
+                offset = next_free[leaf_index]
+                if offset >= 255:
+                    problems.append(f"{leaf.name}: more hosts than its /24 subnet holds")
+                    address = leaf.subnet.broadcast_address
+                    break
+                candidate = leaf.subnet.network_address + offset
+                next_free[leaf_index] += 1
+                if candidate not in taken:
+                    address = candidate
+                    taken[candidate] = name
+                    break
+        nodes.append(NodeLayout(name, roles, domain, leaf_index, address, **extra))
+    return Layout(spines, leaves, links, nodes, problems)
+
+
+def layout_problems(spec: ClusterSpec) -> list[str]:
+    return compute_layout(spec).problems

@@ -1,0 +1,64 @@
+"""Reading a ClusterSpec from YAML, turning every failure into a SpecError that names the field and the rule."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from ha_ops.errors import SpecError
+from ha_ops.spec.model import ClusterSpec
+
+
+def _field_path(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out
+
+
+def validation_problems(exc: ValidationError) -> list[str]:
+    problems = []
+    for err in exc.errors(include_url=False):
+        path = _field_path(tuple(err["loc"]))
+        message = err["msg"]
+        if err["type"] == "value_error" and not path:
+            # Cross-field rules already name their fields, one per line.
+            problems += message.removeprefix("Value error, ").splitlines()
+            continue
+        if err["type"] == "extra_forbidden":
+            message = "unknown key"
+        elif err["type"] == "missing":
+            message = "required key is missing"
+        problems.append(f"{path}: {message}" if path else message)
+    return problems
+
+
+def parse_spec(data: Any, source: str = "<spec>") -> ClusterSpec:
+    if not isinstance(data, dict):
+        raise SpecError(source, [f"the top level must be a mapping, got {type(data).__name__}"])
+    try:
+        return ClusterSpec.model_validate(data)
+    except ValidationError as exc:
+        raise SpecError(source, validation_problems(exc)) from None
+
+
+def load_spec(path: str | Path) -> ClusterSpec:
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise SpecError(str(path), [f"cannot read: {exc.strerror}"]) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise SpecError(str(path), [f"{where}not valid YAML ({problem})"]) from None
+    return parse_spec(data, str(path))

@@ -1,0 +1,245 @@
+"""The cluster model: one ClusterSpec, read from cluster.yaml, from which every renderer works.
+
+Field-level rules live on the fields; rules that relate fields to each other run in `_check_rules` so that
+every problem in a spec is reported at once, each naming its field.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from ipaddress import IPv4Address, IPv4Network
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+
+HostName = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9-]{0,30}$")]
+Port = Annotated[int, Field(ge=1024, le=65535)]
+# Names the layout gives to fabric switches; hosts may not take them.
+SWITCH_NAME = re.compile(r"(spine|leaf)\d+")
+
+
+class StrictModel(BaseModel):
+    """Unknown keys and wrong types are errors: a typo in a spec must never be silently ignored."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class FailureDomain(StrictModel):
+    """A place that fails together: one rack on one power feed, in one zone."""
+
+    name: HostName
+    zone: str
+    rack: str
+    power_feed: str
+    leaf: int | None = Field(default=None, ge=1, description="Leaf switch (1-based) the domain's hosts attach to")
+
+
+class Host(StrictModel):
+    name: HostName
+    domain: HostName
+    address: Annotated[IPv4Address | None, Field(strict=False)] = None
+
+
+class Controllers(StrictModel):
+    """Slurm controller hosts in order: the first is the primary, the second the backup."""
+
+    ha: bool = True
+    hosts: list[Host] = Field(min_length=1)
+
+
+class NodePool(StrictModel):
+    """GPU nodes of one kind. Nodes are named <name><n> (n from 1) and placed round-robin over `domains`."""
+
+    name: HostName
+    count: int = Field(ge=1, le=100_000)
+    gpus_per_node: int = Field(ge=1, le=16)
+    gpu_model: str
+    spare_fraction: float = 0.0
+    domains: list[HostName]
+    cpus_per_node: int = Field(default=16, ge=1)
+    memory_mb: int = Field(default=65536, ge=256)
+
+    @property
+    def spare_count(self) -> int:
+        return math.floor(self.count * self.spare_fraction + 1e-9)
+
+    def node_names(self) -> list[str]:
+        return [f"{self.name}{i}" for i in range(1, self.count + 1)]
+
+
+class Fabric(StrictModel):
+    """Leaf-spine fabric with eBGP; each leaf has `uplinks_per_leaf` links, one to each of that many spines."""
+
+    spines: int = Field(ge=1, le=64)
+    leaves: int = Field(ge=1, le=250)
+    uplinks_per_leaf: int = Field(ge=1, le=64)
+    bfd_interval_ms: int = Field(default=100, ge=10, le=10_000)
+    bfd_multiplier: int = Field(default=3, ge=2, le=255)
+    ecmp: bool = True
+    switch_radix: int = Field(default=64, ge=4)
+
+
+class Network(StrictModel):
+    """Address pools: one /24 per leaf from `host_cidr`, one /31 per fabric link from `fabric_cidr`."""
+
+    host_cidr: Annotated[IPv4Network, Field(strict=False)] = IPv4Network("10.77.0.0/16")
+    fabric_cidr: Annotated[IPv4Network, Field(strict=False)] = IPv4Network("10.76.0.0/16")
+
+
+class Storage(StrictModel):
+    """Shared storage for Slurm state and checkpoints. `shared-dir` is the lab's single directory (no replicas)."""
+
+    kind: Literal["shared-dir", "moosefs"]
+    replicas: int = Field(default=1, ge=1, le=9)
+    hosts: list[Host] = Field(default_factory=list)
+
+
+class SlurmScheduler(StrictModel):
+    cluster_name: HostName = "ha-ops"
+    partition: HostName = "gpu"
+    # 4 s is the practical floor: slurmctld busy-loops below it (shared/LAB-NOTES.md). Slurm's default is 120 s.
+    slurmctld_timeout_s: int = Field(default=5, ge=4, le=3600)
+    # Slurm's default is 300 s.
+    slurmd_timeout_s: int = Field(default=5, ge=2, le=3600)
+
+
+class Schedulers(StrictModel):
+    slurm: SlurmScheduler | None = None
+
+
+class Monitoring(StrictModel):
+    host: Host
+    prometheus_port: Port = 9090
+    alertmanager_port: Port = 9093
+    agent_port: Port = 9400
+    scrape_interval_s: float = Field(default=1.0, gt=0, le=300)
+
+
+class ClusterSpec(StrictModel):
+    version: Literal[1] = 1
+    name: HostName
+    production: bool = False
+    failure_domains: list[FailureDomain] = Field(min_length=1)
+    network: Network = Network()
+    fabric: Fabric
+    controllers: Controllers
+    pools: list[NodePool] = Field(min_length=1)
+    storage: Storage | None = None
+    schedulers: Schedulers
+    monitoring: Monitoring
+
+    @model_validator(mode="after")
+    def _check_rules(self) -> ClusterSpec:
+        problems = _rule_problems(self)
+        if problems:
+            raise ValueError("\n".join(problems))
+        return self
+
+    # Queries used by every renderer.
+    def domain(self, name: str) -> FailureDomain:
+        return next(d for d in self.failure_domains if d.name == name)
+
+    def host_names(self) -> list[str]:
+        names = [h.name for h in self.controllers.hosts]
+        for pool in self.pools:
+            names += pool.node_names()
+        names.append(self.monitoring.host.name)
+        if self.storage:
+            names += [h.name for h in self.storage.hosts]
+        return names
+
+
+def _rule_problems(spec: ClusterSpec) -> list[str]:
+    problems: list[str] = []
+    domains = {d.name for d in spec.failure_domains}
+
+    for name, n in Counter(d.name for d in spec.failure_domains).items():
+        if n > 1:
+            problems.append(f"failure_domains: duplicate name {name!r}")
+    for i, dom in enumerate(spec.failure_domains):
+        if dom.leaf is not None and dom.leaf > spec.fabric.leaves:
+            problems.append(
+                f"failure_domains[{i}].leaf: leaf {dom.leaf} does not exist (fabric.leaves is {spec.fabric.leaves})"
+            )
+
+    named_hosts: list[tuple[str, Host]] = [(f"controllers.hosts[{i}]", h) for i, h in enumerate(spec.controllers.hosts)]
+    named_hosts.append(("monitoring.host", spec.monitoring.host))
+    if spec.storage:
+        named_hosts += [(f"storage.hosts[{i}]", h) for i, h in enumerate(spec.storage.hosts)]
+    for where, host in named_hosts:
+        if host.domain not in domains:
+            problems.append(f"{where}.domain: unknown failure domain {host.domain!r}")
+
+    for name, n in Counter(spec.host_names()).items():
+        if n > 1:
+            problems.append(f"hosts: duplicate host name {name!r} (pool nodes are named <pool><n>)")
+    for name in spec.host_names():
+        if SWITCH_NAME.fullmatch(name):
+            problems.append(f"hosts: {name!r} is reserved for a fabric switch")
+
+    ctl = spec.controllers
+    if ctl.ha and len(ctl.hosts) < 2:
+        problems.append(f"controllers.hosts: HA is requested (controllers.ha) but {len(ctl.hosts)} host is given; need 2")
+    if len(ctl.hosts) > 2:
+        problems.append(f"controllers.hosts: {len(ctl.hosts)} hosts given; Slurm takes a primary and one backup")
+    if ctl.ha and len(ctl.hosts) >= 2 and ctl.hosts[0].domain == ctl.hosts[1].domain:
+        problems.append(
+            f"controllers.hosts: primary and backup share failure domain {ctl.hosts[0].domain!r}; HA needs two domains"
+        )
+
+    for name, n in Counter(p.name for p in spec.pools).items():
+        if n > 1:
+            problems.append(f"pools: duplicate pool name {name!r}")
+    for i, pool in enumerate(spec.pools):
+        where = f"pools[{i}]"
+        if not 0.0 <= pool.spare_fraction <= 0.5:
+            problems.append(f"{where}.spare_fraction: {pool.spare_fraction} is outside 0-0.5")
+        unknown = [d for d in pool.domains if d not in domains]
+        if unknown:
+            problems.append(f"{where}.domains: unknown failure domain(s) {', '.join(map(repr, unknown))}")
+        if len(set(pool.domains)) < 2:
+            problems.append(f"{where}.domains: a pool must spread over >= 2 failure domains, got {len(set(pool.domains))}")
+        elif pool.count < 2:
+            problems.append(f"{where}.count: 1 node cannot spread over >= 2 failure domains")
+
+    fab = spec.fabric
+    if fab.uplinks_per_leaf > fab.spines:
+        problems.append(f"fabric.uplinks_per_leaf: {fab.uplinks_per_leaf} uplinks but only {fab.spines} spines")
+    if fab.ecmp and fab.uplinks_per_leaf < 2:
+        problems.append("fabric.uplinks_per_leaf: ECMP (fabric.ecmp) needs >= 2 uplinks per leaf")
+
+    net = spec.network
+    if net.host_cidr.overlaps(net.fabric_cidr):
+        problems.append(f"network: host_cidr {net.host_cidr} and fabric_cidr {net.fabric_cidr} overlap")
+    for field in ("host_cidr", "fabric_cidr"):
+        cidr: IPv4Network = getattr(net, field)
+        if not cidr.is_private or cidr.overlaps(IPv4Network("127.0.0.0/8")):
+            problems.append(f"network.{field}: {cidr} must be a private range outside loopback")
+    if net.host_cidr.prefixlen > 24 or 2 ** (24 - net.host_cidr.prefixlen) < fab.leaves:
+        problems.append(f"network.host_cidr: {net.host_cidr} has fewer /24 subnets than fabric.leaves ({fab.leaves})")
+    if net.fabric_cidr.num_addresses < 2 * fab.leaves * fab.uplinks_per_leaf:
+        problems.append(f"network.fabric_cidr: {net.fabric_cidr} is too small for {fab.leaves * fab.uplinks_per_leaf} links")
+
+    mon = spec.monitoring
+    for port, n in Counter([mon.prometheus_port, mon.alertmanager_port, mon.agent_port]).items():
+        if n > 1:
+            problems.append(f"monitoring: port {port} is used twice (prometheus, alertmanager and agent ports collide)")
+
+    if spec.storage:
+        st = spec.storage
+        if st.kind == "shared-dir" and (st.replicas != 1 or st.hosts):
+            problems.append("storage: kind shared-dir has no storage hosts and exactly 1 replica")
+        if st.kind == "moosefs" and st.replicas > len(st.hosts):
+            problems.append(f"storage.replicas: {st.replicas} replicas need >= {st.replicas} storage hosts, got {len(st.hosts)}")
+
+    if spec.schedulers.slurm is None:
+        problems.append("schedulers: no scheduler configured (schedulers.slurm)")
+
+    if not problems:
+        # Address collisions need a consistent spec to compute the layout.
+        from ha_ops.spec.layout import layout_problems
+
+        problems += layout_problems(spec)
+    return problems

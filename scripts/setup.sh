@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Installs everything ha-ops needs on Debian 12: the daemons the lab runs, and a Python virtual
+# environment with the project. Idempotent: a second run only checks.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+DEB_PACKAGES=(
+  iproute2 iptables procps psmisc util-linux
+  frr
+  slurm-wlm slurm-client munge
+  openssh-server openssh-client
+  prometheus prometheus-alertmanager
+  python3-venv
+)
+
+missing=()
+for p in "${DEB_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing Debian packages: ${missing[*]}"
+  if [ "$(id -u)" -ne 0 ]; then echo "setup: installing Debian packages needs root" >&2; exit 1; fi
+  # The lab starts its own daemons; the packages' own services must not start (there is no init here anyway).
+  policy_added=0
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d && policy_added=1
+  fi
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  if ((policy_added)); then rm -f /usr/sbin/policy-rc.d; fi
+else
+  echo "setup: Debian packages present"
+fi
+
+PYTHON=${PYTHON:-python3}
+export PIP_CACHE_DIR=${PIP_CACHE_DIR:-$HOME/.cache/ha-ops/pip}
+if [ ! -x .venv/bin/python ]; then
+  echo "setup: creating .venv"
+  "$PYTHON" -m venv .venv
+fi
+stamp=.venv/.ha-ops-installed
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+  echo "setup: installing the Python packages"
+  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q -e '.[dev]'
+  touch "$stamp"
+else
+  echo "setup: Python environment up to date"
+fi
+echo "setup: done. Run 'make test'."
