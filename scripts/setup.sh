@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 DEB_PACKAGES=(
-  iproute2 iptables procps psmisc util-linux
+  iproute2 iptables iputils-ping procps psmisc util-linux
   frr
   slurm-wlm slurm-client munge
   openssh-server openssh-client

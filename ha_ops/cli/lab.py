@@ -1,7 +1,142 @@
-"""`ha-ops lab`: the local emulated cluster."""
+"""`ha-ops lab`: build, check and remove the local lab cluster, and reach into its nodes."""
 
 from __future__ import annotations
 
-import typer
+import time
+from pathlib import Path
 
-app = typer.Typer(help="Build, check and remove the local lab cluster (root).", no_args_is_help=True)
+import typer
+from rich.table import Table
+
+from ha_ops.cli import output
+from ha_ops.errors import LabError
+from ha_ops.lab.cluster import Lab, teardown
+from ha_ops.lab.paths import LabPaths
+from ha_ops.spec import load_spec
+
+app = typer.Typer(help="Build, check and remove the local lab cluster (needs root).", no_args_is_help=True)
+
+DEFAULT_SPEC = Path(__file__).resolve().parents[2] / "examples" / "lab.yaml"
+NameOpt = typer.Option("lab", "--name", "-n", envvar="HA_OPS_LAB", help="Lab name (the spec's `name`).")
+JsonOpt = typer.Option(False, "--json", help="Machine-readable output on stdout.")
+
+
+def _progress(start: float):
+    return lambda message: output.info(f"[{time.monotonic() - start:5.1f}s] {message}")
+
+
+@app.command()
+def up(
+    spec: Path = typer.Option(DEFAULT_SPEC, "--spec", "-s", help="Cluster spec to build the lab from."),
+    timeout: float = typer.Option(45.0, help="Seconds to wait for the lab to become ready."),
+    json_out: bool = JsonOpt,
+) -> None:
+    """Build the lab from a spec, or repair it if it is already up. Returns when everything is ready."""
+    cluster_spec = load_spec(spec)
+    start = time.monotonic()
+    lab = Lab(cluster_spec)
+    lab.up(progress=_progress(start), timeout=timeout)
+    elapsed = time.monotonic() - start
+    if json_out:
+        output.emit_json(
+            {"lab": cluster_spec.name, "up": True, "seconds": round(elapsed, 2), "root": str(lab.paths.root)}
+        )
+    else:
+        output.result(f"lab {cluster_spec.name} is up in {elapsed:.1f} s (state in {lab.paths.root})")
+
+
+@app.command()
+def status(name: str = NameOpt, json_out: bool = JsonOpt) -> None:
+    """Check real liveness of every node, daemon, BGP session, Slurm and Prometheus. Exit 1 if unhealthy."""
+    report = Lab.from_state(name).status()
+    if json_out:
+        output.emit_json(report)
+    else:
+        table = Table(title=f"lab {name}: {'healthy' if report['healthy'] else 'UNHEALTHY'} ({report['phase']})")
+        for col in ("service", "pid", "state"):
+            table.add_column(col)
+        for key, svc in report["services"].items():
+            style = "" if svc["state"] == "running" else "bold red"
+            table.add_row(key, str(svc["pid"]), svc["state"], style=style)
+        output.result(table)
+        slurm = report.get("slurm") or {}
+        for host, state in (slurm.get("controllers") or {}).items():
+            output.result(f"slurmctld {host}: {state}")
+        for node, info in (slurm.get("nodes") or {}).items():
+            output.result(f"slurm node {node}: {info['state']} {info['gres']}")
+        for problem in report["problems"]:
+            output.error(problem)
+    if not report["healthy"]:
+        raise typer.Exit(1)
+
+
+@app.command()
+def down(name: str = NameOpt, json_out: bool = JsonOpt) -> None:
+    """Remove everything the lab created: processes (by PID, command line checked), namespaces, mounts, files."""
+    start = time.monotonic()
+    removed = teardown(name, LabPaths.for_lab(name), progress=_progress(start))
+    elapsed = time.monotonic() - start
+    if json_out:
+        output.emit_json({"lab": name, "removed": removed, "seconds": round(elapsed, 2)})
+    else:
+        output.result(f"lab {name} removed in {elapsed:.1f} s ({len(removed)} items)")
+
+
+@app.command("exec")
+def exec_(
+    node: str = typer.Argument(..., help="Node name, e.g. gpu1."),
+    command: list[str] = typer.Argument(..., help="Command and arguments (put them after --)."),
+    name: str = NameOpt,
+    timeout: float = typer.Option(60.0, help="Seconds before the command is killed."),
+) -> None:
+    """Run a command on a lab node (its network, hostname and files), with SLURM_CONF set."""
+    result = Lab.from_state(name).node(node).run(command, timeout=timeout, check=False)
+    if result.stdout:
+        output.result(result.stdout.rstrip("\n"))
+    if result.stderr:
+        output.info(result.stderr.rstrip("\n"))
+    raise typer.Exit(result.returncode)
+
+
+ACTIONS = ("start", "stop", "restart", "kill", "freeze", "thaw")
+
+
+@app.command()
+def service(
+    node: str = typer.Argument(..., help="Node name ('host' for munged)."),
+    service_name: str = typer.Argument(..., metavar="SERVICE", help="Service, e.g. slurmctld, sshd, bgpd."),
+    action: str = typer.Argument(..., help=f"One of: {', '.join(ACTIONS)}."),
+    name: str = NameOpt,
+) -> None:
+    """Control one lab service: start, stop, restart, kill (SIGKILL), freeze (SIGSTOP), thaw (SIGCONT)."""
+    if action not in ACTIONS:
+        raise LabError(f"action {action!r} is not one of: {', '.join(ACTIONS)}")
+    handle = Lab.from_state(name).node(node)
+    getattr(handle, action)(service_name)
+    output.result(f"{node}/{service_name}: {action} done")
+
+
+@app.command()
+def link(
+    node: str = typer.Argument(..., help="Node or switch name."),
+    interface: str = typer.Argument(..., help="Interface, e.g. eth0 on a host or to-spine1 on a leaf."),
+    updown: str = typer.Argument(..., metavar="up|down"),
+    name: str = NameOpt,
+) -> None:
+    """Take a link of a lab node down or bring it up."""
+    if updown not in ("up", "down"):
+        raise LabError(f"state {updown!r} is not 'up' or 'down'")
+    handle = Lab.from_state(name).node(node)
+    (handle.link_up if updown == "up" else handle.link_down)(interface)
+    output.result(f"{node} {interface}: {updown}")
+
+
+@app.command()
+def logs(
+    node: str = typer.Argument(...),
+    service_name: str = typer.Argument(..., metavar="SERVICE"),
+    lines: int = typer.Option(100, "--lines", "-l"),
+    name: str = NameOpt,
+) -> None:
+    """Print the last lines of a lab service's logs."""
+    output.result(Lab.from_state(name).node(node).logs(service_name, lines))

@@ -1,0 +1,3 @@
+from ha_ops.cli.main import main
+
+main()

@@ -1,0 +1,438 @@
+"""The local lab cluster: `up` (idempotent reconcile), `status` (real liveness) and `down` (removes everything).
+
+Every node, switch or host, is a network namespace plus a *holder* process that owns the node's hostname (UTS)
+and mount namespace: a private tmpfs on /run, the node's own folder at NODE_DIR and the lab's hosts file on
+/etc/hosts. Daemons and commands enter the holder's namespaces with nsenter, so each node has its own view.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import logging
+import os
+import shutil
+import signal
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ha_ops.errors import LabError, NotRootError
+from ha_ops.lab import fabric, monitoring, netns, process, slurm, sshd
+from ha_ops.lab.context import LabContext, ServiceDef
+from ha_ops.lab.paths import NODE_DIR, LabPaths, netns_name
+from ha_ops.lab.state import LabState, NodeState, ServiceState, service_key
+from ha_ops.spec import ClusterSpec, compute_layout
+from ha_ops.transport.lab import LabTransport
+from ha_ops.util.wait import wait_for
+
+if TYPE_CHECKING:
+    from ha_ops.lab.node import LabNode
+
+log = logging.getLogger(__name__)
+
+HOLDER_ARGV = ["sleep", "infinity"]
+HOLDER_SCRIPT = f"""set -e
+hostname "$1"
+mount -t tmpfs -o mode=0755,size=64m hao-run /run
+mkdir -p /run/sshd /run/munge {NODE_DIR} /run/lock
+mount --bind "$2" /run/munge
+mount --bind "$3" {NODE_DIR}
+mount --bind "$4" /etc/hosts
+touch {NODE_DIR}/.holder-ready
+exec sleep infinity
+"""
+
+REQUIRED_COMMANDS = ["ip", "nsenter", "unshare", "setsid", "vtysh", "ssh-keygen", "scontrol", "sinfo"]
+UP_TIMEOUT_S = 45.0
+
+Progress = Callable[[str], None]
+
+
+def _no_progress(_: str) -> None:
+    return None
+
+
+def spec_digest(spec: ClusterSpec) -> str:
+    return hashlib.sha256(spec.model_dump_json().encode()).hexdigest()[:16]
+
+
+class Lab:
+    def __init__(self, spec: ClusterSpec, paths: LabPaths | None = None) -> None:
+        self.spec = spec
+        self.paths = paths or LabPaths.for_lab(spec.name)
+        self.ctx = LabContext(spec, compute_layout(spec), self.paths)
+
+    # --- loading --------------------------------------------------------------------------------------------
+    @classmethod
+    def from_state(cls, name: str, base: Path | None = None) -> Lab:
+        paths = LabPaths.for_lab(name, base)
+        state = LabState.load(paths.state_file)
+        return cls(ClusterSpec.model_validate(state.spec), paths)
+
+    def state(self) -> LabState:
+        return LabState.load(self.paths.state_file)
+
+    def _new_state(self) -> LabState:
+        return LabState(
+            lab=self.spec.name,
+            root=str(self.paths.root),
+            spec_digest=spec_digest(self.spec),
+            spec=self.spec.model_dump(mode="json"),
+        )
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        self.paths.lock_file.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.paths.lock_file, "a+") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+    # --- up -------------------------------------------------------------------------------------------------
+    def up(self, progress: Progress = _no_progress, timeout: float = UP_TIMEOUT_S) -> LabState:
+        _require_root()
+        missing = [c for c in REQUIRED_COMMANDS if shutil.which(c) is None]
+        if missing:
+            raise LabError(f"missing commands: {', '.join(missing)}; run 'make setup'")
+        with self._locked():
+            state = self._load_or_new_state()
+            state.phase = "building"
+            self._save(state)
+            try:
+                self._reconcile(state, progress, timeout)
+            except BaseException:
+                state.phase = "failed"
+                self._save(state)
+                raise
+            state.phase = "up"
+            self._save(state)
+            return state
+
+    def _load_or_new_state(self) -> LabState:
+        if not self.paths.state_file.exists():
+            return self._new_state()
+        state = LabState.load(self.paths.state_file)
+        if state.spec_digest != spec_digest(self.spec):
+            raise LabError(f"lab {self.spec.name!r} is already up from a different spec; run 'ha-ops lab down' first")
+        return state
+
+    def _save(self, state: LabState) -> None:
+        state.save(self.paths.state_file)
+
+    def _reconcile(self, state: LabState, progress: Progress, timeout: float) -> None:
+        ctx = self.ctx
+        progress("writing configuration")
+        for directory in (self.paths.etc, self.paths.ssh, self.paths.shared, self.paths.host_logs):
+            directory.mkdir(parents=True, exist_ok=True)
+        for name in ctx.switch_names() + ctx.host_names():
+            (ctx.node_dir(name) / "log").mkdir(parents=True, exist_ok=True)
+        self._write_hosts_file()
+        fabric.prepare(ctx)
+        slurm.prepare(ctx)
+        sshd.prepare(ctx)
+        monitoring.prepare(ctx)
+
+        progress(f"creating {len(ctx.switch_names()) + len(ctx.host_names())} nodes")
+        for name in ctx.switch_names():
+            self._ensure_node(state, name, "switch", None)
+        for node in ctx.layout.nodes:
+            self._ensure_node(state, node.name, "host", str(node.address))
+        fabric.wire(ctx)
+
+        progress("starting the fabric (FRR)")
+        self._ensure_services(state, fabric.zebra_services(ctx))
+        for switch in ctx.switch_names():
+            wait_for(f"zebra on {switch}", lambda s=switch: fabric.zserv_ready(ctx, s), timeout=10, interval=0.02)
+        self._ensure_services(state, fabric.routing_services(ctx))
+
+        progress("starting munged, sshd, Slurm, Prometheus and Alertmanager")
+        self._ensure_services(state, [slurm.munged_service(ctx)])
+        wait_for("munged socket", lambda: slurm.munge_socket(ctx).is_socket(), timeout=10, interval=0.02)
+        self._ensure_services(state, sshd.sshd_services(ctx))
+        self._ensure_services(state, slurm.slurm_services(ctx))
+        self._ensure_services(state, monitoring.monitoring_services(ctx))
+
+        deadline = time.monotonic() + timeout
+        progress("waiting for BGP sessions and ECMP routes")
+        wait_for("BGP established and ECMP routes installed", lambda: not fabric.fabric_problems(ctx),
+                 timeout=max(1.0, deadline - time.monotonic()), interval=0.1)  # fmt: skip
+        progress("waiting for Slurm: a controller in control, every GPU node idle")
+        wait_for(
+            "Slurm ready",
+            lambda: not self.slurm_problems(),
+            timeout=max(1.0, deadline - time.monotonic()),
+            interval=0.2,
+        )
+        progress("waiting for Prometheus, Alertmanager and sshd")
+        wait_for("monitoring and sshd ready", lambda: not self.endpoint_problems(),
+                 timeout=max(1.0, deadline - time.monotonic()), interval=0.1)  # fmt: skip
+
+    def _write_hosts_file(self) -> None:
+        lines = ["127.0.0.1\tlocalhost", "::1\tlocalhost ip6-localhost ip6-loopback"]
+        lines += [f"{n.address}\t{n.name}" for n in self.ctx.layout.nodes]
+        self.paths.hosts_file.parent.mkdir(parents=True, exist_ok=True)
+        self.paths.hosts_file.write_text("\n".join(lines) + "\n")
+
+    def _ensure_node(self, state: LabState, name: str, kind: str, address: str | None) -> None:
+        ns = self.ctx.netns(name)
+        current = state.nodes.get(name)
+        netns.create(ns)
+        if current and current.holder_pid and process.matches(current.holder_pid, HOLDER_ARGV, ns):
+            return
+        # A lost holder took the node's mount namespace with it: whatever still runs there is stale.
+        process.kill_all_in_netns(ns)
+        node_dir = self.ctx.node_dir(name)
+        ready = node_dir / ".holder-ready"
+        ready.unlink(missing_ok=True)
+        enter = [
+            "nsenter",
+            f"--net={netns.NETNS_DIR / ns}",
+            "--",
+            "unshare",
+            "--uts",
+            "--mount",
+            "--propagation",
+            "private",
+            "--",
+        ]
+        argv = [
+            "sh",
+            "-c",
+            HOLDER_SCRIPT,
+            "hao-holder",
+            name,
+            str(self.paths.munge),
+            str(node_dir),
+            str(self.paths.hosts_file),
+        ]
+        pid = process.spawn(argv, node_dir / "log" / "holder.log", enter=enter)
+        wait_for(f"node {name} namespaces", ready.exists, timeout=5, interval=0.01)
+        wait_for(f"node {name} holder", lambda: process.matches(pid, HOLDER_ARGV, ns), timeout=5, interval=0.01)
+        state.nodes[name] = NodeState(name=name, kind=kind, netns=ns, holder_pid=pid, address=address)  # type: ignore[arg-type]
+        # Services of this node lost their namespaces; forget their PIDs so they are started again.
+        for svc in state.services.values():
+            if svc.node == name:
+                svc.pid = None
+        self._save(state)
+
+    def _ensure_services(self, state: LabState, services: list[ServiceDef]) -> None:
+        for svc in services:
+            key = service_key(svc.node, svc.service)
+            current = state.services.get(key)
+            if current and self._service_alive(state, current):
+                continue
+            state.services[key] = ServiceState(node=svc.node, service=svc.service, argv=svc.argv, log=str(svc.log))
+            state.services[key].pid = self._spawn(state, state.services[key])
+            self._save(state)
+
+    def _spawn(self, state: LabState, svc: ServiceState) -> int:
+        if svc.node == "host":
+            return process.spawn(svc.argv, Path(svc.log))
+        node = state.nodes[svc.node]
+        assert node.holder_pid is not None
+        transport = LabTransport(node.name, node.holder_pid)
+        return process.spawn(
+            svc.argv, Path(svc.log), enter=transport.enter_prefix(), env={**os.environ, **self.ctx.node_env()}
+        )
+
+    def _service_alive(self, state: LabState, svc: ServiceState) -> bool:
+        ns = None if svc.node == "host" else state.nodes[svc.node].netns
+        return process.matches(svc.pid, svc.argv, ns)
+
+    # --- status ---------------------------------------------------------------------------------------------
+    def transport(self, node: str) -> LabTransport:
+        state = self.state()
+        if node not in state.nodes or state.nodes[node].holder_pid is None:
+            raise LabError(f"no node {node!r} in lab {self.spec.name!r}")
+        return LabTransport(node, state.nodes[node].holder_pid, env=self.ctx.node_env())  # type: ignore[arg-type]
+
+    def _client_node(self) -> str:
+        """Where Slurm client commands run: a GPU node, as a user's login would."""
+        return self.ctx.layout.nodes_with_role("gpu")[0].name
+
+    def slurm_nodes(self) -> dict[str, dict[str, str]]:
+        out = self.transport(self._client_node()).run(["sinfo", "-h", "-N", "-o", "%N|%T|%G"], timeout=10).stdout
+        nodes = {}
+        for line in out.splitlines():
+            name, node_state, gres = line.strip().split("|")
+            nodes[name] = {"state": node_state, "gres": gres}
+        return nodes
+
+    def slurm_controllers(self) -> dict[str, str]:
+        """Controller host -> UP/DOWN as `scontrol ping` reports it."""
+        out = self.transport(self._client_node()).run(["scontrol", "ping"], timeout=15, check=False).stdout
+        result = {}
+        for line in out.splitlines():
+            # "Slurmctld(primary) at ctl1 is UP"
+            words = line.split()
+            if len(words) >= 5 and words[1] == "at":
+                result[words[2]] = words[-1]
+        return result
+
+    def slurm_problems(self) -> list[str]:
+        try:
+            nodes = self.slurm_nodes()
+        except Exception as exc:
+            return [f"no Slurm controller answers: {exc}"]
+        return self._slurm_node_problems(nodes)
+
+    def _slurm_node_problems(self, nodes: dict[str, dict[str, str]]) -> list[str]:
+        problems = []
+        for node in self.ctx.layout.nodes_with_role("gpu"):
+            info = nodes.get(node.name)
+            if info is None:
+                problems.append(f"{node.name}: not in sinfo")
+            elif info["state"] != "idle" and info["state"] not in ("allocated", "mixed"):
+                problems.append(f"{node.name}: {info['state']}")
+        return problems
+
+    def endpoint_problems(self) -> list[str]:
+        from ha_ops.lab.http import http_get
+
+        problems = []
+        mon_node = self.ctx.spec.monitoring.host.name
+        for name, url in (
+            ("prometheus", monitoring.prometheus_url(self.ctx)),
+            ("alertmanager", monitoring.alertmanager_url(self.ctx)),
+        ):
+            try:
+                status, _ = http_get(self.ctx.netns(mon_node), url + "/-/ready", timeout=2)
+                if status != 200:
+                    problems.append(f"{name}: /-/ready returned {status}")
+            except Exception as exc:
+                problems.append(f"{name}: {exc}")
+        for node in self.ctx.layout.nodes:
+            try:
+                netns.connect_in(self.ctx.netns(node.name), (str(node.address), 22), timeout=1).close()
+            except Exception as exc:
+                problems.append(f"{node.name} sshd: {exc}")
+        return problems
+
+    def status(self) -> dict:
+        """Real liveness of every piece; `healthy` only when all of it is up."""
+        state = self.state()
+        problems: list[str] = []
+        nodes = {}
+        for name, node in state.nodes.items():
+            ok_ns, ok_holder = (
+                netns.exists(node.netns),
+                process.matches(node.holder_pid, HOLDER_ARGV, node.netns),
+            )
+            nodes[name] = {"kind": node.kind, "netns": ok_ns, "holder": ok_holder, "address": node.address}
+            if not (ok_ns and ok_holder):
+                problems.append(f"node {name}: {'holder process' if ok_ns else 'namespace'} missing")
+        services = {}
+        for key, svc in state.services.items():
+            alive = self._service_alive(state, svc)
+            frozen = alive and svc.pid is not None and process.is_stopped(svc.pid)
+            services[key] = {
+                "pid": svc.pid,
+                "state": "frozen" if frozen else ("running" if alive else "dead"),
+            }
+            if services[key]["state"] != "running":
+                problems.append(f"service {key}: {services[key]['state']}")
+        if all(v["netns"] and v["holder"] for v in nodes.values()):
+            problems += fabric.fabric_problems(self.ctx)
+        slurm_info: dict = {}
+        try:
+            slurm_info = {"controllers": self.slurm_controllers(), "nodes": self.slurm_nodes()}
+            problems += self._slurm_node_problems(slurm_info["nodes"])
+        except Exception as exc:
+            problems.append(f"slurm: no controller answers ({exc})")
+        problems += self.endpoint_problems()
+        return {
+            "lab": state.lab,
+            "root": state.root,
+            "phase": state.phase,
+            "healthy": not problems and state.phase == "up",
+            "nodes": nodes,
+            "services": services,
+            "slurm": slurm_info,
+            "prometheus": monitoring.prometheus_url(self.ctx),
+            "alertmanager": monitoring.alertmanager_url(self.ctx),
+            "problems": problems,
+        }
+
+    # --- node handles ---------------------------------------------------------------------------------------
+    def node(self, name: str) -> LabNode:
+        from ha_ops.lab.node import LabNode  # node.py imports this module
+
+        return LabNode(self, name)
+
+    # --- down -----------------------------------------------------------------------------------------------
+    def down(self, progress: Progress = _no_progress) -> list[str]:
+        return teardown(self.spec.name, self.paths, progress)
+
+
+def teardown(name: str, paths: LabPaths, progress: Progress = _no_progress) -> list[str]:
+    """Remove everything a lab created, from its state file where readable and by name prefix regardless.
+
+    Returns what was removed. Works on a half-built lab and without any state at all.
+    """
+    _require_root()
+    removed: list[str] = []
+    state: LabState | None = None
+    try:
+        state = LabState.load(paths.state_file)
+    except LabError as exc:
+        log.info("no usable state (%s); sweeping by name", exc)
+    progress("stopping services")
+    if state is not None:
+        for svc in reversed(list(state.services.values())):
+            ns = (
+                None
+                if svc.node == "host"
+                else state.nodes.get(svc.node, NodeState(name="", kind="host", netns="")).netns
+            )
+            if svc.pid and process.matches(svc.pid, svc.argv, ns or None):
+                process.terminate(svc.pid, grace=2.0)
+                removed.append(f"process {svc.pid} ({svc.node}/{svc.service})")
+    # Anything else whose command line names this lab's folder was started by the lab (e.g. after a lost state).
+    for pid in _pids_naming(paths.root):
+        process.signal_pid(pid, signal.SIGCONT)
+        process.signal_pid(pid, signal.SIGKILL)
+        process.wait_gone(pid, 2.0)
+        removed.append(f"process {pid} (stray)")
+    progress("removing namespaces")
+    names = set(netns.list_with_prefix(netns_prefix(name)))
+    if state is not None:
+        names |= {n.netns for n in state.nodes.values() if netns.exists(n.netns)}
+    for ns in sorted(names):
+        for pid in process.kill_all_in_netns(ns):
+            removed.append(f"process {pid} (in {ns})")
+        netns.delete(ns)
+        removed.append(f"namespace {ns}")
+    if paths.root.exists():
+        shutil.rmtree(paths.root)
+        removed.append(f"directory {paths.root}")
+    paths.lock_file.unlink(missing_ok=True)
+    return removed
+
+
+def netns_prefix(lab: str) -> str:
+    return netns_name(lab, "")
+
+
+def _pids_naming(root: Path) -> list[int]:
+    needle = str(root).encode()
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            raw = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if needle + b"/" in raw or raw.endswith(needle + b"\0"):
+            pids.append(int(entry.name))
+    return pids
+
+
+def _require_root() -> None:
+    if os.geteuid() != 0:
+        raise NotRootError("the lab needs root (network namespaces, daemons); run it with sudo")

@@ -1,0 +1,111 @@
+"""Prometheus and Alertmanager on the monitoring node, configured from the spec."""
+
+from __future__ import annotations
+
+import yaml
+
+from ha_ops.lab.context import LabContext, ServiceDef
+
+
+def _mon(ctx: LabContext) -> tuple[str, int, int]:
+    mon = ctx.spec.monitoring
+    address = str(ctx.layout.node(mon.host.name).address)
+    return address, mon.prometheus_port, mon.alertmanager_port
+
+
+def prometheus_url(ctx: LabContext) -> str:
+    address, port, _ = _mon(ctx)
+    return f"http://{address}:{port}"
+
+
+def alertmanager_url(ctx: LabContext) -> str:
+    address, _, port = _mon(ctx)
+    return f"http://{address}:{port}"
+
+
+def render_prometheus(ctx: LabContext) -> dict:
+    mon = ctx.spec.monitoring
+    address, prom_port, am_port = _mon(ctx)
+    interval = f"{mon.scrape_interval_s:g}s"
+    agents = [f"{n.address}:{mon.agent_port}" for n in ctx.layout.nodes_with_role("gpu")]
+    return {
+        "global": {
+            "scrape_interval": interval,
+            "evaluation_interval": interval,
+            "external_labels": {"cluster": ctx.name},
+        },
+        "alerting": {"alertmanagers": [{"static_configs": [{"targets": [f"{address}:{am_port}"]}]}]},
+        "rule_files": [str(ctx.paths.etc / "prometheus" / "rules.yml")],
+        "scrape_configs": [
+            {"job_name": "prometheus", "static_configs": [{"targets": [f"{address}:{prom_port}"]}]},
+            {"job_name": "alertmanager", "static_configs": [{"targets": [f"{address}:{am_port}"]}]},
+            {"job_name": "ha-ops-agent", "static_configs": [{"targets": agents}]},
+        ],
+    }
+
+
+def render_rules() -> dict:
+    return {
+        "groups": [
+            {
+                "name": "ha-ops-lab",
+                "rules": [
+                    {
+                        "alert": "HaOpsScrapeTargetDown",
+                        "expr": 'up{job!="ha-ops-agent"} == 0',
+                        "for": "0s",
+                        "labels": {"severity": "critical"},
+                        "annotations": {"summary": "{{ $labels.job }} at {{ $labels.instance }} is down"},
+                    },
+                ],
+            }
+        ]
+    }
+
+
+def render_alertmanager() -> dict:
+    return {
+        "route": {
+            "receiver": "default",
+            "group_by": ["alertname", "instance"],
+            "group_wait": "0s",
+            "group_interval": "1s",
+            "repeat_interval": "1h",
+        },
+        "receivers": [{"name": "default"}],
+    }
+
+
+def prepare(ctx: LabContext) -> None:
+    etc = ctx.paths.etc
+    (etc / "prometheus").mkdir(parents=True, exist_ok=True)
+    (etc / "prometheus" / "prometheus.yml").write_text(yaml.safe_dump(render_prometheus(ctx), sort_keys=False))
+    (etc / "prometheus" / "rules.yml").write_text(yaml.safe_dump(render_rules(), sort_keys=False))
+    (etc / "alertmanager").mkdir(parents=True, exist_ok=True)
+    (etc / "alertmanager" / "alertmanager.yml").write_text(yaml.safe_dump(render_alertmanager(), sort_keys=False))
+
+
+def monitoring_services(ctx: LabContext) -> list[ServiceDef]:
+    node = ctx.spec.monitoring.host.name
+    address, prom_port, am_port = _mon(ctx)
+    data = ctx.node_dir(node)
+    etc = ctx.paths.etc
+    prometheus = [
+        "/usr/bin/prometheus",
+        f"--config.file={etc / 'prometheus' / 'prometheus.yml'}",
+        f"--storage.tsdb.path={data / 'prometheus-data'}",
+        f"--web.listen-address={address}:{prom_port}",
+        "--web.enable-lifecycle",
+    ]
+    alertmanager = [
+        "/usr/bin/prometheus-alertmanager",
+        f"--config.file={etc / 'alertmanager' / 'alertmanager.yml'}",
+        f"--storage.path={data / 'alertmanager-data'}",
+        f"--web.listen-address={address}:{am_port}",
+        # Empty: otherwise it binds 0.0.0.0:9094 for clustering.
+        "--cluster.listen-address=",
+    ]
+    return [
+        ServiceDef(node, "prometheus", prometheus, data / "log" / "prometheus.log"),
+        ServiceDef(node, "alertmanager", alertmanager, data / "log" / "alertmanager.log"),
+    ]

@@ -1,0 +1,148 @@
+"""Handles on lab nodes for tests, chaos and runbooks: run a command, control a named service, take a link
+down and up, read logs. The same verbs a real node offers through its transport."""
+
+from __future__ import annotations
+
+import signal
+from collections import deque
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ha_ops.errors import LabError
+from ha_ops.lab import netns, process
+from ha_ops.lab.fabric import HOST_IF
+from ha_ops.lab.state import LabState, ServiceState, service_key
+from ha_ops.transport.lab import LabTransport
+from ha_ops.util.proc import CommandResult
+
+if TYPE_CHECKING:
+    from ha_ops.lab.cluster import Lab
+
+
+class LabNode:
+    def __init__(self, lab: Lab, name: str) -> None:
+        self.lab = lab
+        self.name = name
+        state = lab.state()
+        if name != "host" and name not in state.nodes:
+            raise LabError(f"no node {name!r} in lab {lab.spec.name!r}; nodes: {', '.join(state.nodes)}")
+
+    # --- commands -------------------------------------------------------------------------------------------
+    @property
+    def transport(self) -> LabTransport:
+        return self.lab.transport(self.name)
+
+    def run(
+        self, argv: list[str], *, timeout: float = 30.0, check: bool = True, input: str | None = None
+    ) -> CommandResult:
+        return self.transport.run(argv, timeout=timeout, check=check, input=input)
+
+    # --- services -------------------------------------------------------------------------------------------
+    def services(self) -> list[str]:
+        return [s.service for s in self.lab.state().services.values() if s.node == self.name]
+
+    def _service(self, state: LabState, service: str) -> ServiceState:
+        svc = state.services.get(service_key(self.name, service))
+        if svc is None:
+            raise LabError(
+                f"node {self.name} runs no service {service!r}; it runs: {', '.join(self.services()) or 'none'}"
+            )
+        return svc
+
+    def _live_pid(self, service: str) -> int | None:
+        state = self.lab.state()
+        svc = self._service(state, service)
+        return svc.pid if self.lab._service_alive(state, svc) else None
+
+    def is_running(self, service: str) -> bool:
+        pid = self._live_pid(service)
+        return pid is not None and not process.is_stopped(pid)
+
+    def is_frozen(self, service: str) -> bool:
+        pid = self._live_pid(service)
+        return pid is not None and process.is_stopped(pid)
+
+    def pid(self, service: str) -> int | None:
+        return self._live_pid(service)
+
+    def stop(self, service: str, grace: float = 3.0) -> None:
+        """Graceful stop (SIGTERM, then SIGKILL after `grace`)."""
+        pid = self._live_pid(service)
+        if pid is not None:
+            process.terminate(pid, grace)
+
+    def kill(self, service: str) -> None:
+        """Abrupt death (SIGKILL), as in a crash."""
+        pid = self._live_pid(service)
+        if pid is not None:
+            process.signal_pid(pid, signal.SIGCONT)
+            process.signal_pid(pid, signal.SIGKILL)
+            process.wait_gone(pid, 2.0)
+
+    def freeze(self, service: str) -> None:
+        """SIGSTOP: alive but unresponsive, the hardest failure for peers to judge."""
+        pid = self._live_pid(service)
+        if pid is None:
+            raise LabError(f"{self.name}/{service} is not running; nothing to freeze")
+        process.signal_pid(pid, signal.SIGSTOP)
+
+    def thaw(self, service: str) -> None:
+        pid = self._live_pid(service)
+        if pid is not None:
+            process.signal_pid(pid, signal.SIGCONT)
+
+    def start(self, service: str) -> int:
+        """Start the service again with its original command line if it is not running; returns its PID."""
+        with self.lab._locked():
+            state = self.lab.state()
+            svc = self._service(state, service)
+            if self.lab._service_alive(state, svc):
+                assert svc.pid is not None
+                return svc.pid
+            svc.pid = self.lab._spawn(state, svc)
+            state.save(self.lab.paths.state_file)
+            return svc.pid
+
+    def restart(self, service: str) -> int:
+        self.stop(service)
+        return self.start(service)
+
+    # --- links ----------------------------------------------------------------------------------------------
+    def interfaces(self) -> list[str]:
+        out = netns.ip("-o", "link", "show", netns=self.lab.ctx.netns(self.name)).stdout
+        return [line.split(":")[1].strip().split("@")[0] for line in out.splitlines() if ": lo:" not in line]
+
+    def link_down(self, interface: str = HOST_IF) -> None:
+        self._link(interface, "down")
+
+    def link_up(self, interface: str = HOST_IF) -> None:
+        self._link(interface, "up")
+
+    def _link(self, interface: str, updown: str) -> None:
+        if interface not in self.interfaces():
+            raise LabError(f"node {self.name} has no interface {interface!r}; it has: {', '.join(self.interfaces())}")
+        ns = self.lab.ctx.netns(self.name)
+        netns.ip("link", "set", interface, updown, netns=ns)
+        if updown == "up" and interface == HOST_IF:
+            # The kernel drops routes through a link that goes down; a host's network setup puts them back.
+            gateway = self.lab.ctx.layout.leaf(self.lab.ctx.layout.node(self.name).leaf).gateway
+            netns.ip("route", "replace", "default", "via", str(gateway), netns=ns)
+
+    # --- logs -----------------------------------------------------------------------------------------------
+    def log_files(self, service: str) -> list[Path]:
+        svc = self._service(self.lab.state(), service)
+        files = [Path(svc.log)]
+        own = {"slurmctld": "slurmctld.log", "slurmd": "slurmd.log", "zebra": "../frr/zebra.log",
+               "bgpd": "../frr/bgpd.log", "bfdd": "../frr/bfdd.log"}  # fmt: skip
+        if service in own:
+            files.append((Path(svc.log).parent / own[service]).resolve())
+        return [f for f in files if f.exists()]
+
+    def logs(self, service: str, lines: int = 100) -> str:
+        """The last `lines` lines of the service's logs (its own log file and its captured output)."""
+        chunks = []
+        for path in self.log_files(service):
+            with open(path, errors="replace") as handle:
+                tail = deque(handle, maxlen=lines)
+            chunks.append(f"==> {path} <==\n" + "".join(tail))
+        return "\n".join(chunks)

@@ -1,0 +1,138 @@
+"""Starting, checking and ending the lab's processes. A PID is trusted only while its command line (and, for a
+node's process, its network namespace) still match what the lab started, so a recycled PID is never signalled."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from ha_ops.lab.netns import NETNS_DIR
+from ha_ops.util.proc import run
+
+log = logging.getLogger(__name__)
+
+
+def cmdline(pid: int) -> list[str] | None:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return None
+    return [part.decode(errors="replace") for part in raw.split(b"\0")[:-1]]
+
+
+def _state(pid: int) -> str | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[0]
+
+
+def netns_inode(netns: str) -> int | None:
+    try:
+        return os.stat(NETNS_DIR / netns).st_ino
+    except OSError:
+        return None
+
+
+def in_netns(pid: int, netns: str) -> bool:
+    try:
+        return os.stat(f"/proc/{pid}/ns/net").st_ino == netns_inode(netns)
+    except OSError:
+        return False
+
+
+def _same_program(pid: int, argv: Sequence[str]) -> bool:
+    line = cmdline(pid)
+    if line is None:
+        return False
+    if line == list(argv):
+        return True
+    # Daemons such as sshd rewrite their title ("sshd: /usr/sbin/sshd -D ... [listener]"): then the executable
+    # must be the one started and the title must still hold the original command line.
+    program = shutil.which(argv[0]) or argv[0]
+    try:
+        exe = os.readlink(f"/proc/{pid}/exe")
+    except OSError:
+        return False
+    return os.path.realpath(program) == exe and " ".join(argv) in " ".join(line)
+
+
+def matches(pid: int | None, argv: Sequence[str], netns: str | None = None) -> bool:
+    """True if `pid` is alive (not a zombie) and is the process the lab started with `argv`."""
+    if not pid or not _same_program(pid, argv):
+        return False
+    if _state(pid) in (None, "Z", "X"):
+        return False
+    return netns is None or in_netns(pid, netns)
+
+
+def is_stopped(pid: int) -> bool:
+    return _state(pid) == "T"
+
+
+def spawn(argv: Sequence[str], log_file: Path, enter: Sequence[str] = (), env: dict[str, str] | None = None) -> int:
+    """Start argv detached (own session, not our child, so it never lingers as our zombie) and return its PID.
+
+    `enter` is a prefix such as `nsenter -t HOLDER -n -u -m --` that execs into argv, so the PID is argv's own.
+    """
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    # sh backgrounds the command and reports its PID; setsid (no fork: the job is no group leader) detaches it.
+    script = 'setsid "$@" </dev/null >>"$HAO_LOG" 2>&1 & echo $!'
+    full_env = dict(os.environ if env is None else env)
+    full_env["HAO_LOG"] = str(log_file)
+    out = subprocess.run(
+        ["sh", "-c", script, "sh", *enter, *argv],
+        capture_output=True,
+        text=True,
+        timeout=10,
+        env=full_env,
+        check=True,
+    )
+    return int(out.stdout.strip())
+
+
+def wait_gone(pid: int, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if _state(pid) in (None, "Z", "X"):
+            return True
+        time.sleep(0.02)
+    return _state(pid) in (None, "Z", "X")
+
+
+def signal_pid(pid: int, sig: signal.Signals) -> bool:
+    try:
+        os.kill(pid, sig)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def terminate(pid: int, grace: float = 3.0) -> None:
+    """SIGTERM (thawing a frozen process first), then SIGKILL after `grace` seconds."""
+    signal_pid(pid, signal.SIGCONT)
+    if not signal_pid(pid, signal.SIGTERM):
+        return
+    if not wait_gone(pid, grace):
+        log.warning("pid %s ignored SIGTERM for %.1f s; sending SIGKILL", pid, grace)
+        signal_pid(pid, signal.SIGKILL)
+        wait_gone(pid, 2.0)
+
+
+def kill_all_in_netns(netns: str) -> list[int]:
+    """Last sweep of `lab down`: every process still living in a lab namespace was started by the lab."""
+    out = run(["ip", "netns", "pids", netns], check=False, timeout=5)
+    pids = [int(p) for p in out.stdout.split() if p.isdigit()]
+    for pid in pids:
+        signal_pid(pid, signal.SIGCONT)
+        signal_pid(pid, signal.SIGKILL)
+    for pid in pids:
+        wait_gone(pid, 2.0)
+    return pids

@@ -1,0 +1,112 @@
+"""Transport to a real node over SSH (paramiko). Host keys are always verified against known_hosts: an
+unknown or changed key is an error, never accepted silently."""
+
+from __future__ import annotations
+
+import shlex
+import socket
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+import paramiko
+
+from ha_ops.errors import CommandFailed, CommandTimeout, TransportError
+from ha_ops.util.proc import CommandResult
+
+
+class SSHTransport:
+    def __init__(
+        self,
+        name: str,
+        host: str,
+        *,
+        user: str = "root",
+        port: int = 22,
+        key_file: Path | None = None,
+        known_hosts: Path | None = None,
+        connect_timeout: float = 10.0,
+        sock_factory: Callable[[], socket.socket] | None = None,
+    ) -> None:
+        self.name = name
+        self.host = host
+        self.user = user
+        self.port = port
+        self.key_file = key_file
+        self.known_hosts = known_hosts
+        self.connect_timeout = connect_timeout
+        self._sock_factory = sock_factory
+        self._client: paramiko.SSHClient | None = None
+
+    def _connect(self) -> paramiko.SSHClient:
+        if self._client is not None and self._client.get_transport() and self._client.get_transport().is_active():
+            return self._client
+        client = paramiko.SSHClient()
+        if self.known_hosts is not None:
+            client.load_host_keys(str(self.known_hosts))
+        else:
+            client.load_system_host_keys()
+        client.set_missing_host_key_policy(paramiko.RejectPolicy())
+        try:
+            client.connect(
+                self.host,
+                port=self.port,
+                username=self.user,
+                key_filename=str(self.key_file) if self.key_file else None,
+                timeout=self.connect_timeout,
+                banner_timeout=self.connect_timeout,
+                auth_timeout=self.connect_timeout,
+                sock=self._sock_factory() if self._sock_factory else None,
+                allow_agent=False,
+                look_for_keys=self.key_file is None,
+            )
+        except paramiko.BadHostKeyException as exc:
+            client.close()
+            raise TransportError(f"{self.name}: host key of {self.host} does not match known_hosts") from exc
+        except paramiko.SSHException as exc:
+            client.close()
+            raise TransportError(f"{self.name}: ssh to {self.user}@{self.host}:{self.port} failed: {exc}") from exc
+        except OSError as exc:
+            client.close()
+            raise TransportError(f"{self.name}: cannot reach {self.host}:{self.port}: {exc}") from exc
+        self._client = client
+        return client
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        timeout: float = 30.0,
+        check: bool = True,
+        input: str | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> CommandResult:
+        args = [str(a) for a in argv]
+        command = " ".join(shlex.quote(a) for a in args)
+        if env:
+            # sshd drops most client environment by default: set it in the remote shell instead.
+            command = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()) + " " + command
+        client = self._connect()
+        try:
+            stdin, stdout, stderr = client.exec_command(command, timeout=timeout)
+            if input is not None:
+                stdin.write(input)
+            stdin.channel.shutdown_write()
+            out = stdout.read().decode(errors="replace")
+            err = stderr.read().decode(errors="replace")
+            code = stdout.channel.recv_exit_status()
+        except TimeoutError as exc:
+            raise CommandTimeout(args, timeout, self.name) from exc
+        except paramiko.SSHException as exc:
+            raise TransportError(f"{self.name}: {exc}") from exc
+        result = CommandResult(args, code, out, err)
+        if check and code != 0:
+            raise CommandFailed(args, code, out, err, self.name)
+        return result
+
+    def read_file(self, path: str, timeout: float = 10.0) -> str:
+        return self.run(["cat", path], timeout=timeout).stdout
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None

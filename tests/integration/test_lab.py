@@ -1,0 +1,173 @@
+"""The lab from examples/lab.yaml, with real daemons: fabric, Slurm, sshd, monitoring, node handles."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+from ha_ops.errors import CommandFailed, TransportError
+from ha_ops.lab import fabric, netns, sshd
+from ha_ops.lab.cluster import Lab
+from ha_ops.lab.http import http_get
+from ha_ops.transport import SSHTransport
+from ha_ops.util.wait import wait_for
+
+pytestmark = pytest.mark.lab
+
+
+def test_every_node_reaches_every_other_across_the_fabric(lab: Lab) -> None:
+    nodes = lab.ctx.layout.nodes
+    for node in nodes:
+        targets = " ".join(str(n.address) for n in nodes if n.name != node.name)
+        script = f"for t in {targets}; do ping -c1 -W1 -q $t >/dev/null || echo unreachable $t; done"
+        out = lab.node(node.name).run(["sh", "-c", script], timeout=30).stdout
+        assert out == "", f"from {node.name}: {out}"
+
+
+def test_bgp_established_and_ecmp_installed(lab: Lab) -> None:
+    assert fabric.fabric_problems(lab.ctx) == []
+    leaf1, leaf2 = lab.ctx.layout.leaves
+    assert fabric.ecmp_paths(lab.ctx, leaf1.name, str(leaf2.subnet)) == 2
+    peers = fabric.bgp_peers(lab.ctx, "spine1")
+    assert len(peers) == 2 and set(peers.values()) == {"Established"}
+
+
+def test_each_node_has_its_own_hostname_and_hosts_view(lab: Lab) -> None:
+    for name in ("gpu1", "ctl2", "mon1", "leaf1"):
+        assert lab.node(name).run(["hostname"]).stdout.strip() == name
+    hosts = lab.node("gpu1").run(["getent", "hosts", "gpu4"]).stdout.split()
+    assert hosts[0] == str(lab.ctx.layout.node("gpu4").address)
+
+
+def test_one_controller_in_control_and_four_gpu_nodes_idle(lab: Lab) -> None:
+    controllers = lab.slurm_controllers()
+    assert controllers == {"ctl1": "UP", "ctl2": "UP"}
+    nodes = lab.slurm_nodes()
+    assert sorted(nodes) == ["gpu1", "gpu2", "gpu3", "gpu4"]
+    for info in nodes.values():
+        assert info["state"] == "idle"
+        assert info["gres"] == "gpu:8"
+
+
+def test_job_runs_on_the_chosen_node(lab: Lab) -> None:
+    out = lab.node("gpu1").run(["srun", "-w", "gpu3", "--gres=gpu:2", "hostname"], timeout=30).stdout
+    assert out.strip() == "gpu3"
+
+
+def test_ssh_with_host_key_checking(lab: Lab) -> None:
+    ok = lab.node("gpu1").run(sshd.ssh_argv(lab.ctx, "gpu2", "hostname"), timeout=20)
+    assert ok.stdout.strip() == "gpu2"
+    # The same login against a known_hosts without gpu2's key must be refused.
+    wrong = lab.paths.root / "empty_known_hosts"
+    wrong.write_text("")
+    argv = [a.replace(str(sshd.known_hosts(lab.ctx)), str(wrong)) for a in sshd.ssh_argv(lab.ctx, "gpu2", "hostname")]
+    with pytest.raises(CommandFailed, match="Host key verification failed"):
+        lab.node("gpu1").run(argv, timeout=20)
+
+
+def test_paramiko_transport_verifies_host_keys(lab: Lab) -> None:
+    gpu2 = lab.ctx.layout.node("gpu2")
+    ns = lab.ctx.netns("gpu1")
+
+    def sock():
+        return netns.connect_in(ns, (str(gpu2.address), 22))
+
+    good = SSHTransport(
+        "gpu2", "gpu2", key_file=sshd.client_key(lab.ctx), known_hosts=sshd.known_hosts(lab.ctx), sock_factory=sock
+    )
+    try:
+        assert good.run(["hostname"]).stdout.strip() == "gpu2"
+        assert good.run(["sh", "-c", "exit 3"], check=False).returncode == 3
+    finally:
+        good.close()
+    empty = lab.paths.root / "paramiko_empty_known_hosts"
+    empty.write_text("")
+    bad = SSHTransport("gpu2", "gpu2", key_file=sshd.client_key(lab.ctx), known_hosts=empty, sock_factory=sock)
+    with pytest.raises(TransportError, match="gpu2"):
+        bad.run(["hostname"])
+
+
+def test_prometheus_and_alertmanager_configured_from_the_spec(lab: Lab) -> None:
+    from ha_ops.lab import monitoring
+
+    ns = lab.ctx.netns("mon1")
+    status, body = http_get(ns, monitoring.prometheus_url(lab.ctx) + "/api/v1/targets")
+    assert status == 200
+    targets = json.loads(body)["data"]["activeTargets"]
+    jobs = {t["labels"]["job"] for t in targets}
+    assert jobs == {"prometheus", "alertmanager", "ha-ops-agent"}
+    assert len([t for t in targets if t["labels"]["job"] == "ha-ops-agent"]) == 4
+    status, _ = http_get(ns, monitoring.alertmanager_url(lab.ctx) + "/api/v2/status")
+    assert status == 200
+
+
+def test_link_down_cuts_the_node_off_and_up_restores_it(lab: Lab) -> None:
+    gpu2 = str(lab.ctx.layout.node("gpu2").address)
+    node = lab.node("gpu1")
+    node.link_down("eth0")
+    try:
+        assert not node.run(["ping", "-c1", "-W1", gpu2], check=False).ok
+    finally:
+        node.link_up("eth0")
+    wait_for("gpu1 reaches gpu2 again", lambda: node.run(["ping", "-c1", "-W1", gpu2], check=False).ok, timeout=10)
+
+
+def test_freeze_and_thaw_a_service(lab: Lab) -> None:
+    node = lab.node("gpu4")
+    node.freeze("slurmd")
+    try:
+        assert node.is_frozen("slurmd")
+        assert lab.status()["services"]["gpu4/slurmd"]["state"] == "frozen"
+    finally:
+        node.thaw("slurmd")
+    assert node.is_running("slurmd")
+
+
+def test_logs_are_readable(lab: Lab) -> None:
+    assert "slurmctld" in lab.node("ctl1").logs("slurmctld", lines=50)
+
+
+def test_up_again_repairs_a_killed_service_and_leaves_the_rest(lab: Lab) -> None:
+    before = {k: s.pid for k, s in lab.state().services.items()}
+    lab.node("gpu2").kill("slurmd")
+    lab.node("spine2").kill("bgpd")
+    assert not lab.node("gpu2").is_running("slurmd")
+    lab.up()
+    after = {k: s.pid for k, s in lab.state().services.items()}
+    changed = sorted(k for k in before if before[k] != after[k])
+    assert changed == ["gpu2/slurmd", "spine2/bgpd"]
+    assert lab.status()["healthy"]
+
+
+def test_status_cli_reports_real_liveness(lab: Lab) -> None:
+    cmd = [sys.executable, "-m", "ha_ops", "lab", "status", "--name", lab.spec.name, "--json"]
+    ok = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(ok.stdout)["healthy"] is True
+    lab.node("mon1").kill("alertmanager")
+    try:
+        bad = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+        assert bad.returncode == 1
+        assert "service mon1/alertmanager: dead" in json.loads(bad.stdout)["problems"]
+    finally:
+        lab.node("mon1").start("alertmanager")
+    wait_for("lab healthy", lambda: lab.status()["healthy"], timeout=20, interval=0.5)
+
+
+def test_unknown_service_and_interface_are_named_in_the_error(lab: Lab) -> None:
+    from ha_ops.errors import LabError
+
+    with pytest.raises(LabError, match="runs no service 'nope'; it runs: sshd, slurmd"):
+        lab.node("gpu1").kill("nope")
+    with pytest.raises(LabError, match="no interface 'eth9'"):
+        lab.node("gpu1").link_down("eth9")
+
+
+def test_up_is_quick_when_nothing_changed(lab: Lab) -> None:
+    start = time.monotonic()
+    lab.up()
+    assert time.monotonic() - start < 10
