@@ -383,15 +383,15 @@ def teardown(name: str, paths: LabPaths, progress: Progress = _no_progress) -> l
         log.info("no usable state (%s); sweeping by name", exc)
     progress("stopping services")
     if state is not None:
-        for svc in reversed(list(state.services.values())):
-            ns = (
-                None
-                if svc.node == "host"
-                else state.nodes.get(svc.node, NodeState(name="", kind="host", netns="")).netns
-            )
-            if svc.pid and process.matches(svc.pid, svc.argv, ns or None):
-                process.terminate(svc.pid, grace=2.0)
+        live = []
+        for svc in state.services.values():
+            node = state.nodes.get(svc.node)
+            ns = node.netns if node is not None else None
+            if svc.pid and process.matches(svc.pid, svc.argv, ns):
+                live.append(svc.pid)
                 removed.append(f"process {svc.pid} ({svc.node}/{svc.service})")
+        # The lab is being destroyed: daemons get a short grace together, not one after another.
+        process.terminate_all(live)
     # Anything else whose command line names this lab's folder was started by the lab (e.g. after a lost state).
     for pid in _pids_naming(paths.root):
         process.signal_pid(pid, signal.SIGCONT)

@@ -126,6 +126,19 @@ def terminate(pid: int, grace: float = 3.0) -> None:
         wait_gone(pid, 2.0)
 
 
+def terminate_all(pids: list[int], grace: float = 1.5) -> None:
+    """SIGTERM every PID at once, then SIGKILL whatever is left after `grace` seconds in total."""
+    for pid in pids:
+        signal_pid(pid, signal.SIGCONT)
+        signal_pid(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    for pid in pids:
+        if not wait_gone(pid, max(0.0, deadline - time.monotonic())):
+            signal_pid(pid, signal.SIGKILL)
+    for pid in pids:
+        wait_gone(pid, 2.0)
+
+
 def kill_all_in_netns(netns: str) -> list[int]:
     """Last sweep of `lab down`: every process still living in a lab namespace was started by the lab."""
     out = run(["ip", "netns", "pids", netns], check=False, timeout=5)
