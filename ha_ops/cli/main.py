@@ -9,10 +9,16 @@ import sys
 import typer
 
 from ha_ops import __version__
+from ha_ops.cli import agent as agent_cmd
 from ha_ops.cli import lab as lab_cmd
 from ha_ops.cli import output
 from ha_ops.cli import spec as spec_cmd
 from ha_ops.errors import HaOpsError, SpecError
+
+try:  # typer >= 0.2x vendors click as typer._click; older releases depend on click itself
+    from typer._click.exceptions import ClickException
+except ImportError:  # pragma: no cover - depends on the installed typer
+    from click.exceptions import ClickException  # type: ignore[no-redef]
 
 app = typer.Typer(
     name="ha-ops",
@@ -23,6 +29,8 @@ app = typer.Typer(
 )
 app.add_typer(spec_cmd.app, name="spec")
 app.add_typer(lab_cmd.app, name="lab")
+app.add_typer(agent_cmd.agent_app, name="agent")
+app.add_typer(agent_cmd.health_app, name="health")
 
 
 def _version(value: bool) -> None:
@@ -45,7 +53,10 @@ def _root(
 
 def main() -> None:
     try:
-        app(standalone_mode=False)
+        # Outside standalone mode click returns the code of a typer.Exit (Ctrl-C: 130) instead of exiting.
+        code = app(standalone_mode=False)
+        if isinstance(code, int) and code:
+            sys.exit(code)
     except SystemExit:
         raise
     except HaOpsError as exc:
@@ -59,15 +70,13 @@ def main() -> None:
     except KeyboardInterrupt:
         output.error("interrupted")
         sys.exit(130)
-    except Exception as exc:  # click's usage errors and aborts arrive here in non-standalone mode
-        import click
-
-        if isinstance(exc, click.exceptions.ClickException):
-            exc.show()
-            sys.exit(exc.exit_code)
-        if isinstance(exc, click.exceptions.Abort):
-            output.error("aborted")
-            sys.exit(1)
+    except ClickException as exc:  # usage errors arrive here in non-standalone mode
+        exc.show()
+        sys.exit(exc.exit_code)
+    except typer.Abort:
+        output.error("aborted")
+        sys.exit(1)
+    except Exception as exc:
         if os.environ.get("HA_OPS_VERBOSE"):
             raise
         output.error(f"internal error: {type(exc).__name__}: {exc} (run with -v for the traceback)")

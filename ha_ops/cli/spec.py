@@ -29,7 +29,9 @@ def validate(
 
 
 @app.command()
-def show(file: Path = SpecFile, json_out: bool = typer.Option(False, "--json", help="The spec and layout as JSON.")) -> None:
+def show(
+    file: Path = SpecFile, json_out: bool = typer.Option(False, "--json", help="The spec and layout as JSON.")
+) -> None:
     """Print the spec with its derived layout (every host, its domain, leaf and address)."""
     spec = load_spec(file)
     layout = compute_layout(spec)
@@ -61,5 +63,13 @@ def show(file: Path = SpecFile, json_out: bool = typer.Option(False, "--json", h
     for col in ("host", "roles", "domain", "leaf", "address", "gpus", "spare"):
         table.add_column(col)
     for n in layout.nodes:
-        table.add_row(n.name, ",".join(n.roles), n.domain, str(n.leaf), str(n.address), str(n.gpus), "yes" if n.spare else "")
+        table.add_row(
+            n.name,
+            ",".join(n.roles),
+            n.domain,
+            str(n.leaf),
+            str(n.address),
+            str(n.gpus),
+            "yes" if n.spare else "",
+        )
     output.result(table)

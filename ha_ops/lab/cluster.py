@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ha_ops.errors import LabError, NotRootError
-from ha_ops.lab import fabric, monitoring, netns, process, slurm, sshd
+from ha_ops.lab import agents, fabric, monitoring, netns, process, slurm, sshd
 from ha_ops.lab.context import LabContext, ServiceDef
+from ha_ops.lab.http import http_get
 from ha_ops.lab.paths import NODE_DIR, LabPaths, netns_name
 from ha_ops.lab.state import LabState, NodeState, ServiceState, service_key
 from ha_ops.spec import ClusterSpec, compute_layout
@@ -136,6 +137,7 @@ class Lab:
         slurm.prepare(ctx)
         sshd.prepare(ctx)
         monitoring.prepare(ctx)
+        agents.prepare(ctx)
 
         progress(f"creating {len(ctx.switch_names()) + len(ctx.host_names())} nodes")
         for name in ctx.switch_names():
@@ -156,6 +158,7 @@ class Lab:
         self._ensure_services(state, sshd.sshd_services(ctx))
         self._ensure_services(state, slurm.slurm_services(ctx))
         self._ensure_services(state, monitoring.monitoring_services(ctx))
+        self._ensure_services(state, agents.agent_services(ctx))
 
         deadline = time.monotonic() + timeout
         progress("waiting for BGP sessions and ECMP routes")
@@ -168,7 +171,7 @@ class Lab:
             timeout=max(1.0, deadline - time.monotonic()),
             interval=0.2,
         )
-        progress("waiting for Prometheus, Alertmanager and sshd")
+        progress("waiting for Prometheus, Alertmanager, sshd and the agents")
         wait_for("monitoring and sshd ready", lambda: not self.endpoint_problems(),
                  timeout=max(1.0, deadline - time.monotonic()), interval=0.1)  # fmt: skip
 
@@ -292,7 +295,6 @@ class Lab:
         return problems
 
     def endpoint_problems(self) -> list[str]:
-        from ha_ops.lab.http import http_get
 
         problems = []
         mon_node = self.ctx.spec.monitoring.host.name
@@ -311,6 +313,14 @@ class Lab:
                 netns.connect_in(self.ctx.netns(node.name), (str(node.address), 22), timeout=1).close()
             except Exception as exc:
                 problems.append(f"{node.name} sshd: {exc}")
+        port = self.ctx.spec.monitoring.agent_port
+        for node in self.ctx.layout.nodes_with_role("gpu"):
+            try:
+                status, _ = http_get(self.ctx.netns(node.name), f"http://{node.address}:{port}/metrics", timeout=2)
+                if status != 200:
+                    problems.append(f"{node.name} agent: /metrics returned {status}")
+            except Exception as exc:
+                problems.append(f"{node.name} agent: {exc}")
         return problems
 
     def status(self) -> dict:

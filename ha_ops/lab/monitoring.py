@@ -23,10 +23,17 @@ def alertmanager_url(ctx: LabContext) -> str:
     return f"http://{address}:{port}"
 
 
+def prometheus_duration(seconds: float) -> str:
+    """A Prometheus duration: whole units only ("0.5s" is rejected), so fractions of a second go in ms."""
+    if float(seconds).is_integer():
+        return f"{int(seconds)}s"
+    return f"{max(1, round(seconds * 1000))}ms"
+
+
 def render_prometheus(ctx: LabContext) -> dict:
     mon = ctx.spec.monitoring
     address, prom_port, am_port = _mon(ctx)
-    interval = f"{mon.scrape_interval_s:g}s"
+    interval = prometheus_duration(mon.scrape_interval_s)
     agents = [f"{n.address}:{mon.agent_port}" for n in ctx.layout.nodes_with_role("gpu")]
     return {
         "global": {
@@ -52,10 +59,24 @@ def render_rules() -> dict:
                 "rules": [
                     {
                         "alert": "HaOpsScrapeTargetDown",
-                        "expr": 'up{job!="ha-ops-agent"} == 0',
+                        "expr": "up == 0",
                         "for": "0s",
                         "labels": {"severity": "critical"},
                         "annotations": {"summary": "{{ $labels.job }} at {{ $labels.instance }} is down"},
+                    },
+                    {
+                        "alert": "HaOpsGpuNodeUnhealthy",
+                        "expr": 'ha_ops_node_health{state="unhealthy"} == 1',
+                        "for": "0s",
+                        "labels": {"severity": "critical"},
+                        "annotations": {"summary": "GPU node {{ $labels.node }} is unhealthy"},
+                    },
+                    {
+                        "alert": "HaOpsGpuNodeDegraded",
+                        "expr": 'ha_ops_node_health{state="degraded"} == 1',
+                        "for": "0s",
+                        "labels": {"severity": "warning"},
+                        "annotations": {"summary": "GPU node {{ $labels.node }} is degraded"},
                     },
                 ],
             }

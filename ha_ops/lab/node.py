@@ -9,7 +9,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ha_ops.errors import LabError
+from ha_ops.gpu.fake import FakeGpus
 from ha_ops.lab import netns, process
+from ha_ops.lab.agents import gpu_dir
 from ha_ops.lab.fabric import HOST_IF
 from ha_ops.lab.state import LabState, ServiceState, service_key
 from ha_ops.transport.lab import LabTransport
@@ -127,6 +129,13 @@ class LabNode:
             # The kernel drops routes through a link that goes down; a host's network setup puts them back.
             gateway = self.lab.ctx.layout.leaf(self.lab.ctx.layout.node(self.name).leaf).gateway
             netns.ip("route", "replace", "default", "via", str(gateway), netns=ns)
+
+    # --- fake GPUs ------------------------------------------------------------------------------------------
+    def gpus(self) -> FakeGpus:
+        """The node's fake GPUs, for fault injection (GPU nodes only)."""
+        if "gpu" not in self.lab.ctx.layout.node(self.name).roles:
+            raise LabError(f"node {self.name} has no GPUs")
+        return FakeGpus(gpu_dir(self.lab.ctx, self.name))
 
     # --- logs -----------------------------------------------------------------------------------------------
     def log_files(self, service: str) -> list[Path]:

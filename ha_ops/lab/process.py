@@ -61,7 +61,8 @@ def _same_program(pid: int, argv: Sequence[str]) -> bool:
         exe = os.readlink(f"/proc/{pid}/exe")
     except OSError:
         return False
-    return os.path.realpath(program) == exe and " ".join(argv) in " ".join(line)
+    # Whole words only: "sleep 3" is not in "sleep 30", nor "slurmd -N gpu1" in "slurmd -N gpu10".
+    return os.path.realpath(program) == exe and f" {' '.join(argv)} " in f" {' '.join(line)} "
 
 
 def matches(pid: int | None, argv: Sequence[str], netns: str | None = None) -> bool:

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 from ha_ops.errors import LabError
 from ha_ops.util.atomic import write_atomic
@@ -60,6 +60,14 @@ class LabState(BaseModel):
             raise LabError(f"no lab state at {path}: is the lab up?") from None
         except (OSError, ValueError) as exc:
             raise LabError(f"lab state {path} is unreadable ({exc}); run 'ha-ops lab down --force'") from None
+        if not isinstance(data, dict):
+            raise LabError(f"lab state {path} is unreadable (not a JSON object); run 'ha-ops lab down --force'")
         if data.get("version") != STATE_VERSION:
             raise LabError(f"lab state {path} has version {data.get('version')}, this ha-ops reads {STATE_VERSION}")
-        return cls.model_validate(data)
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(map(str, err['loc'])) or '<top>'}: {err['msg']}" for err in exc.errors(include_url=False)
+            )
+            raise LabError(f"lab state {path} is unreadable ({problems}); run 'ha-ops lab down --force'") from None

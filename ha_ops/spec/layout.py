@@ -113,14 +113,16 @@ def compute_layout(spec: ClusterSpec) -> Layout:
                 LinkLayout(spine, leaf.index, IPv4Address(fabric_base + 2 * n), IPv4Address(fabric_base + 2 * n + 1))
             )
 
-    wanted: list[tuple[str, tuple[str, ...], str, IPv4Address | None, dict]] = []
-    for host in spec.controllers.hosts:
-        wanted.append((host.name, ("controller",), host.domain, host.address, {}))
-    wanted.append((spec.monitoring.host.name, ("monitoring",), spec.monitoring.host.domain, spec.monitoring.host.address, {}))
+    # (name, roles, domain, address, extra, where): `where` is the spec field that names the host, for problems.
+    wanted: list[tuple[str, tuple[str, ...], str, IPv4Address | None, dict, str]] = []
+    for i, host in enumerate(spec.controllers.hosts):
+        wanted.append((host.name, ("controller",), host.domain, host.address, {}, f"controllers.hosts[{i}]"))
+    mon = spec.monitoring.host
+    wanted.append((mon.name, ("monitoring",), mon.domain, mon.address, {}, "monitoring.host"))
     if spec.storage:
-        for host in spec.storage.hosts:
-            wanted.append((host.name, ("storage",), host.domain, host.address, {}))
-    for pool in spec.pools:
+        for i, host in enumerate(spec.storage.hosts):
+            wanted.append((host.name, ("storage",), host.domain, host.address, {}, f"storage.hosts[{i}]"))
+    for p, pool in enumerate(spec.pools):
         names = pool.node_names()
         first_spare = pool.count - pool.spare_count
         for k, name in enumerate(names):
@@ -132,33 +134,41 @@ def compute_layout(spec: ClusterSpec) -> Layout:
                 "memory_mb": pool.memory_mb,
                 "spare": k >= first_spare,
             }
-            wanted.append((name, ("gpu",), pool.domains[k % len(pool.domains)], None, extra))
+            wanted.append((name, ("gpu",), pool.domains[k % len(pool.domains)], None, extra, f"pools[{p}]"))
 
     problems: list[str] = []
     taken: dict[IPv4Address, str] = {}
     for leaf in leaves:
         taken[leaf.gateway] = f"{leaf.name} gateway"
-    for name, _roles, domain, address, _extra in wanted:
+    for name, _roles, domain, address, _extra, where in wanted:
         if address is None:
             continue
         leaf = leaves[leaf_for_domain(spec, domain) - 1]
         if address not in leaf.subnet or address in (leaf.subnet.network_address, leaf.subnet.broadcast_address):
-            problems.append(f"{name}.address: {address} is not a host address of {leaf.name}'s subnet {leaf.subnet}")
+            problems.append(
+                f"{where}.address: {address} ({name}) is not a host address of {leaf.name}'s subnet {leaf.subnet}"
+            )
         elif address in taken:
-            problems.append(f"{name}.address: {address} collides with {taken[address]}")
+            problems.append(f"{where}.address: {address} ({name}) collides with {taken[address]}")
         else:
             taken[address] = name
 
     next_free = {leaf.index: FIRST_HOST_OFFSET for leaf in leaves}
+    full: set[int] = set()
     nodes = []
-    for name, roles, domain, address, extra in wanted:
+    for name, roles, domain, address, extra, _where in wanted:
         leaf_index = leaf_for_domain(spec, domain)
         leaf = leaves[leaf_index - 1]
         if address is None:
             while True:
                 offset = next_free[leaf_index]
                 if offset >= 255:
-                    problems.append(f"{leaf.name}: more hosts than its /24 subnet holds")
+                    if leaf_index not in full:
+                        full.add(leaf_index)
+                        problems.append(
+                            f"{leaf.name}: more hosts than its /24 subnet holds (automatic addresses run "
+                            f".{FIRST_HOST_OFFSET}-.254); spread the failure domains over more leaves"
+                        )
                     address = leaf.subnet.broadcast_address
                     break
                 candidate = leaf.subnet.network_address + offset

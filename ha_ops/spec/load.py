@@ -25,8 +25,12 @@ def _field_path(loc: tuple[Any, ...]) -> str:
 def validation_problems(exc: ValidationError) -> list[str]:
     problems = []
     for err in exc.errors(include_url=False):
-        path = _field_path(tuple(err["loc"]))
+        loc = tuple(err["loc"])
+        path = _field_path(loc)
         message = err["msg"]
+        if err["type"] == "invalid_key" and loc:
+            # The key itself ends the location; written as an index it would read like a list position.
+            path, message = _field_path(loc[:-1]), f"key {loc[-1]!r} is not a string"
         if err["type"] == "value_error" and not path:
             # Cross-field rules already name their fields, one per line.
             problems += message.removeprefix("Value error, ").splitlines()
@@ -40,6 +44,8 @@ def validation_problems(exc: ValidationError) -> list[str]:
 
 
 def parse_spec(data: Any, source: str = "<spec>") -> ClusterSpec:
+    if data is None:
+        raise SpecError(source, ["the spec is empty; the top level must be a mapping"])
     if not isinstance(data, dict):
         raise SpecError(source, [f"the top level must be a mapping, got {type(data).__name__}"])
     try:
@@ -54,6 +60,8 @@ def load_spec(path: str | Path) -> ClusterSpec:
         text = path.read_text()
     except OSError as exc:
         raise SpecError(str(path), [f"cannot read: {exc.strerror}"]) from None
+    except UnicodeDecodeError as exc:
+        raise SpecError(str(path), [f"cannot read: not UTF-8 text ({exc.reason} at byte {exc.start})"]) from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -61,4 +69,9 @@ def load_spec(path: str | Path) -> ClusterSpec:
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
         problem = getattr(exc, "problem", None) or str(exc)
         raise SpecError(str(path), [f"{where}not valid YAML ({problem})"]) from None
+    except ValueError as exc:
+        # PyYAML's constructors raise plain ValueError for scalars it resolves but cannot build (2024-02-30).
+        raise SpecError(str(path), [f"not valid YAML ({exc})"]) from None
+    except RecursionError:
+        raise SpecError(str(path), ["not valid YAML (nested too deeply)"]) from None
     return parse_spec(data, str(path))

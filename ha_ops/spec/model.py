@@ -12,12 +12,33 @@ from collections import Counter
 from ipaddress import IPv4Address, IPv4Network
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints, model_validator
+from pydantic_core import PydanticCustomError
 
 HostName = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9-]{0,30}$")]
 Port = Annotated[int, Field(ge=1024, le=65535)]
 # Names the layout gives to fabric switches; hosts may not take them.
 SWITCH_NAME = re.compile(r"(spine|leaf)\d+")
+
+
+def _written_as_text(value: object) -> object:
+    """Addresses and networks are written as text: ipaddress also takes ints and bytes (`true` -> 0.0.0.1)."""
+    if isinstance(value, int | float | bytes):
+        raise PydanticCustomError("string_type", "Input should be a string, got {type}", {"type": type(value).__name__})
+    return value
+
+
+def _exact_int(value: object) -> object:
+    """Literal[1] alone also accepts true and 1.0."""
+    if isinstance(value, bool | float):
+        raise PydanticCustomError(
+            "int_type", "Input should be a valid integer, got {type}", {"type": type(value).__name__}
+        )
+    return value
+
+
+Address = Annotated[IPv4Address | None, Field(strict=False), BeforeValidator(_written_as_text)]
+Cidr = Annotated[IPv4Network, Field(strict=False), BeforeValidator(_written_as_text)]
 
 
 class StrictModel(BaseModel):
@@ -39,7 +60,7 @@ class FailureDomain(StrictModel):
 class Host(StrictModel):
     name: HostName
     domain: HostName
-    address: Annotated[IPv4Address | None, Field(strict=False)] = None
+    address: Address = None
 
 
 class Controllers(StrictModel):
@@ -84,8 +105,8 @@ class Fabric(StrictModel):
 class Network(StrictModel):
     """Address pools: one /24 per leaf from `host_cidr`, one /31 per fabric link from `fabric_cidr`."""
 
-    host_cidr: Annotated[IPv4Network, Field(strict=False)] = IPv4Network("10.77.0.0/16")
-    fabric_cidr: Annotated[IPv4Network, Field(strict=False)] = IPv4Network("10.76.0.0/16")
+    host_cidr: Cidr = IPv4Network("10.77.0.0/16")
+    fabric_cidr: Cidr = IPv4Network("10.76.0.0/16")
 
 
 class Storage(StrictModel):
@@ -118,7 +139,7 @@ class Monitoring(StrictModel):
 
 
 class ClusterSpec(StrictModel):
-    version: Literal[1] = 1
+    version: Annotated[Literal[1], BeforeValidator(_exact_int)] = 1
     name: HostName
     production: bool = False
     failure_domains: list[FailureDomain] = Field(min_length=1)
@@ -181,7 +202,9 @@ def _rule_problems(spec: ClusterSpec) -> list[str]:
 
     ctl = spec.controllers
     if ctl.ha and len(ctl.hosts) < 2:
-        problems.append(f"controllers.hosts: HA is requested (controllers.ha) but {len(ctl.hosts)} host is given; need 2")
+        problems.append(
+            f"controllers.hosts: HA is requested (controllers.ha) but {len(ctl.hosts)} host is given; need 2"
+        )
     if len(ctl.hosts) > 2:
         problems.append(f"controllers.hosts: {len(ctl.hosts)} hosts given; Slurm takes a primary and one backup")
     if ctl.ha and len(ctl.hosts) >= 2 and ctl.hosts[0].domain == ctl.hosts[1].domain:
@@ -200,7 +223,9 @@ def _rule_problems(spec: ClusterSpec) -> list[str]:
         if unknown:
             problems.append(f"{where}.domains: unknown failure domain(s) {', '.join(map(repr, unknown))}")
         if len(set(pool.domains)) < 2:
-            problems.append(f"{where}.domains: a pool must spread over >= 2 failure domains, got {len(set(pool.domains))}")
+            problems.append(
+                f"{where}.domains: a pool must spread over >= 2 failure domains, got {len(set(pool.domains))}"
+            )
         elif pool.count < 2:
             problems.append(f"{where}.count: 1 node cannot spread over >= 2 failure domains")
 
@@ -220,7 +245,9 @@ def _rule_problems(spec: ClusterSpec) -> list[str]:
     if net.host_cidr.prefixlen > 24 or 2 ** (24 - net.host_cidr.prefixlen) < fab.leaves:
         problems.append(f"network.host_cidr: {net.host_cidr} has fewer /24 subnets than fabric.leaves ({fab.leaves})")
     if net.fabric_cidr.num_addresses < 2 * fab.leaves * fab.uplinks_per_leaf:
-        problems.append(f"network.fabric_cidr: {net.fabric_cidr} is too small for {fab.leaves * fab.uplinks_per_leaf} links")
+        problems.append(
+            f"network.fabric_cidr: {net.fabric_cidr} is too small for {fab.leaves * fab.uplinks_per_leaf} links"
+        )
 
     mon = spec.monitoring
     for port, n in Counter([mon.prometheus_port, mon.alertmanager_port, mon.agent_port]).items():
@@ -232,7 +259,9 @@ def _rule_problems(spec: ClusterSpec) -> list[str]:
         if st.kind == "shared-dir" and (st.replicas != 1 or st.hosts):
             problems.append("storage: kind shared-dir has no storage hosts and exactly 1 replica")
         if st.kind == "moosefs" and st.replicas > len(st.hosts):
-            problems.append(f"storage.replicas: {st.replicas} replicas need >= {st.replicas} storage hosts, got {len(st.hosts)}")
+            problems.append(
+                f"storage.replicas: {st.replicas} replicas need >= {st.replicas} storage hosts, got {len(st.hosts)}"
+            )
 
     if spec.schedulers.slurm is None:
         problems.append("schedulers: no scheduler configured (schedulers.slurm)")

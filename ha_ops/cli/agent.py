@@ -1,0 +1,116 @@
+"""`ha-ops agent run` and `ha-ops health check`: the node agent and its one-shot form."""
+
+from __future__ import annotations
+
+import logging
+import socket
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from ha_ops.cli import output
+from ha_ops.gpu import NoGpuError, open_backend
+from ha_ops.health.agent import Agent, http_poster
+from ha_ops.health.config import AgentConfig, load_agent_config
+from ha_ops.health.model import HealthState
+from ha_ops.schedulers.slurm import Slurm
+from ha_ops.transport.local import LocalTransport
+
+agent_app = typer.Typer(help="The GPU health agent that runs on every GPU node.", no_args_is_help=True)
+health_app = typer.Typer(help="One-shot GPU health checks.", no_args_is_help=True)
+
+# `ha-ops health check` exit codes (Slurm's HealthCheckProgram ignores them; use --drain there).
+EXIT_HEALTHY = 0  # healthy or degraded (warnings only)
+EXIT_UNHEALTHY = 1
+EXIT_UNKNOWN = 3  # no GPU here, or something could not be read
+
+
+def _config(config: Path | None, backend: str | None, fake_dir: Path | None, node: str | None) -> AgentConfig:
+    base = load_agent_config(config) if config else AgentConfig(node=node or socket.gethostname())
+    changes: dict[str, object] = {}
+    if backend:
+        changes["backend"] = backend
+    if fake_dir:
+        changes["fake_dir"] = fake_dir
+    if node:
+        changes["node"] = node
+    return AgentConfig.model_validate({**base.model_dump(), **changes}) if changes else base
+
+
+ConfigOpt = typer.Option(None, "--config", "-c", help="Agent config (YAML).", envvar="HA_OPS_AGENT_CONFIG")
+BackendOpt = typer.Option(None, "--backend", help="nvml or fake (overrides the config).")
+FakeDirOpt = typer.Option(None, "--fake-dir", help="Folder of fake GPUs (fake backend).")
+NodeOpt = typer.Option(None, "--node", help="Node name as the scheduler knows it (default: hostname).")
+
+
+@agent_app.command("run")
+def run(
+    config: Path | None = ConfigOpt,
+    backend: str | None = BackendOpt,
+    fake_dir: Path | None = FakeDirOpt,
+    node: str | None = NodeOpt,
+) -> None:
+    """Watch every GPU (events + periodic sweep), serve metrics, drain/resume in Slurm or report to the controller."""
+    cfg = _config(config, backend, fake_dir, node)
+    logging.getLogger("ha_ops").setLevel(logging.INFO)
+    gpu = open_backend(cfg.backend, cfg.fake_dir)
+    slurm = Slurm(LocalTransport(cfg.node), timeout=cfg.slurm.command_timeout_s) if cfg.slurm.enabled else None
+    poster = http_poster(cfg.controller.url, cfg.controller.timeout_s) if cfg.controller.url else None
+    agent = Agent(cfg, gpu, slurm=slurm, poster=poster)
+    output.info(
+        f"agent on {cfg.node}: {gpu.device_count()} GPUs ({cfg.backend}), sweep every {cfg.sweep_interval_s:g} s, "
+        f"metrics on {cfg.metrics.address}:{cfg.metrics.port}, "
+        + (f"reporting to {cfg.controller.url}" if poster else ("draining in Slurm" if slurm else "observe only"))
+    )
+    agent.run()
+
+
+@health_app.command("check")
+def check(
+    config: Path | None = ConfigOpt,
+    backend: str | None = BackendOpt,
+    fake_dir: Path | None = FakeDirOpt,
+    node: str | None = NodeOpt,
+    json_out: bool = typer.Option(False, "--json", help="The verdict and findings as JSON."),
+    drain: bool = typer.Option(False, "--drain", help="Drain the node in Slurm when unhealthy (HealthCheckProgram)."),
+) -> None:
+    """Read every GPU once and judge it. Exit 0 healthy/degraded, 1 unhealthy, 3 unknown or no GPU."""
+    cfg = _config(config, backend, fake_dir, node)
+    try:
+        gpu = open_backend(cfg.backend, cfg.fake_dir)
+    except NoGpuError as exc:
+        if json_out:
+            output.emit_json({"node": cfg.node, "state": "unknown", "reason": str(exc), "findings": []})
+        else:
+            output.error(str(exc))
+        raise typer.Exit(EXIT_UNKNOWN) from None
+    slurm = Slurm(LocalTransport(cfg.node), timeout=cfg.slurm.command_timeout_s) if drain else None
+    agent = Agent(cfg.model_copy(update={"slurm": cfg.slurm.model_copy(update={"enabled": drain})}), gpu, slurm=slurm)
+    try:
+        verdict = agent.sweep()
+    finally:
+        gpu.close()
+    if json_out:
+        output.emit_json(
+            {
+                "node": cfg.node,
+                "state": verdict.state.value,
+                "action": verdict.action.value,
+                "reason": verdict.reason,
+                "findings": [f.to_json() for f in verdict.findings],
+                "unknown": list(verdict.unknown),
+                "gpus": [s.to_json() for s in agent.samples],
+            }
+        )
+    else:
+        table = Table(title=f"{cfg.node}: {verdict.state.value} (action: {verdict.action.value})")
+        for col in ("gpu", "check", "severity", "action", "message"):
+            table.add_column(col)
+        for f in verdict.findings:
+            table.add_row(str(f.gpu), f.check, str(f.severity), f.action.value, f.message)
+        output.result(table)
+        for item in verdict.unknown:
+            output.error(f"could not read {item}")
+    code = {HealthState.UNHEALTHY: EXIT_UNHEALTHY, HealthState.UNKNOWN: EXIT_UNKNOWN}.get(verdict.state, EXIT_HEALTHY)
+    raise typer.Exit(code)

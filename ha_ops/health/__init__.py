@@ -1,0 +1,1 @@
+"""GPU health: checks (pure), verdicts, the agent loop, its metrics and its reporters."""

@@ -1,0 +1,288 @@
+"""The node agent: NVML events plus a periodic sweep -> checks -> verdict -> metrics, and on a change either a
+Slurm drain/resume or a report to the remediation controller.
+
+The agent never drains because of its own trouble: a reading it cannot take makes the GPU "unknown", and
+"unknown" neither drains nor resumes. It only resumes nodes it drained itself (reason prefix `ha-ops:`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import threading
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry, start_http_server
+
+from ha_ops.gpu.backend import GpuBackend
+from ha_ops.gpu.types import GpuEvent, GpuSample
+from ha_ops.health.checks import EventLedger, evaluate
+from ha_ops.health.config import AgentConfig
+from ha_ops.health.exporter import AgentCollector
+from ha_ops.health.model import HealthState, Verdict
+from ha_ops.health.report import AgentReport, build_report
+from ha_ops.schedulers.slurm import Slurm
+from ha_ops.util.atomic import write_atomic
+
+log = logging.getLogger(__name__)
+
+Poster = Callable[[AgentReport], None]
+
+
+def http_poster(url: str, timeout: float) -> Poster:
+    def post(report: AgentReport) -> None:
+        body = json.dumps(report.to_json()).encode()
+        request = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"}, method="POST")
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            if response.status >= 300:
+                raise urllib.error.HTTPError(
+                    url, response.status, "controller refused the report", response.headers, None
+                )
+
+    return post
+
+
+@dataclass
+class AgentState:
+    """What must survive an agent restart: whether this agent drained the node."""
+
+    drained_by_agent: bool = False
+    reason: str = ""
+
+    @classmethod
+    def load(cls, path: Path | None) -> AgentState:
+        if path is None or not path.exists():
+            return cls()
+        try:
+            data = json.loads(path.read_text())
+            return cls(bool(data.get("drained_by_agent")), str(data.get("reason", "")))
+        except (OSError, ValueError) as exc:
+            log.warning("agent state %s unreadable (%s); starting without it", path, exc)
+            return cls()
+
+    def save(self, path: Path | None) -> None:
+        if path is not None:
+            write_atomic(path, json.dumps({"drained_by_agent": self.drained_by_agent, "reason": self.reason}))
+
+
+class Agent:
+    def __init__(
+        self,
+        config: AgentConfig,
+        backend: GpuBackend,
+        slurm: Slurm | None = None,
+        poster: Poster | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.config = config
+        self.backend = backend
+        self.slurm = slurm if config.slurm.enabled else None
+        self.poster = poster
+        self.clock = clock
+        self.ledger = EventLedger()
+        self.previous: dict[int, GpuSample] = {}
+        self.collector = AgentCollector(config.node)
+        self.verdict: Verdict | None = None
+        self.samples: list[GpuSample] = []
+        self.state = AgentState.load(config.state_file)
+        self.collector.stats.drained_by_agent = self.state.drained_by_agent
+        self.healthy_streak = 0
+        self.agent_id = uuid.uuid4().hex[:12]
+        self.seq = 0
+        self._last_report_at = 0.0
+        self._report_pending = False
+        self._pending: list[GpuEvent] = []
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._keep_events_s = max(config.thresholds.app_xid_window_s, config.thresholds.warning_xid_hold_s)
+
+    # --- one sweep ------------------------------------------------------------------------------------------
+    def read_samples(self) -> list[GpuSample]:
+        try:
+            count = self.backend.device_count()
+        except Exception as exc:
+            log.error("cannot count GPUs: %s", exc)
+            return []
+        samples = []
+        for index in range(count):
+            try:
+                samples.append(self.backend.sample(index))
+            except Exception as exc:  # a backend bug or an NVML failure must not stop the agent
+                log.error("GPU %d: read failed: %s", index, exc)
+                samples.append(GpuSample.unreadable(index, f"read failed: {exc}", time.time()))
+        return samples
+
+    @staticmethod
+    def _valid_events(events: list[GpuEvent], count: int) -> list[GpuEvent]:
+        valid = [e for e in events if 0 <= e.gpu < count]
+        for event in events:
+            if not 0 <= event.gpu < count:
+                log.warning("ignoring an event for GPU %d: this node has %d GPUs (%s)", event.gpu, count, event)
+        return valid
+
+    def sweep(self, events: list[GpuEvent] | None = None) -> Verdict:
+        started = time.perf_counter()
+        now = self.clock()
+        samples = self.read_samples()
+        events = self._valid_events(events or [], len(samples))
+        for event in events:
+            self.collector.stats.events[(event.gpu, event.kind, event.xid)] += 1
+            log.info("event: GPU%d %s %s %s", event.gpu, event.kind, event.xid or "", event.detail)
+        self.ledger.record(events, now, self._keep_events_s)
+        verdict = evaluate(samples, self.previous, self.ledger, now, self.config.thresholds)
+        if not samples:
+            verdict = Verdict(HealthState.UNKNOWN, verdict.action, verdict.findings, ("no GPU could be read",))
+        self.previous = {s.index: s for s in samples}
+        self.samples = samples
+        stats = self.collector.stats
+        stats.sweeps += 1
+        stats.read_errors += sum(len(s.errors) for s in samples if not s.lost)
+        for finding in verdict.findings:
+            stats.findings[(finding.check, str(finding.severity))] += 1
+        changed = self.verdict is None or (verdict.state, verdict.reason) != (self.verdict.state, self.verdict.reason)
+        if changed:
+            log.info("verdict: %s (%s) %s", verdict.state, verdict.action, verdict.reason)
+        self.verdict = verdict
+        self._act(verdict, changed, now)
+        stats.sweep_seconds = time.perf_counter() - started
+        stats.drained_by_agent = self.state.drained_by_agent
+        self.collector.update(samples, verdict)
+        return verdict
+
+    # --- acting on the verdict ------------------------------------------------------------------------------
+    def _act(self, verdict: Verdict, changed: bool, now: float) -> None:
+        if self.poster is not None:
+            self._report(verdict, changed, now)
+        elif self.slurm is not None:
+            self._slurm(verdict)
+
+    def _report(self, verdict: Verdict, changed: bool, now: float) -> None:
+        due = now - self._last_report_at >= self.config.controller.heartbeat_s
+        if not (changed or due or self._report_pending):
+            return
+        self.seq += 1
+        driver = None
+        try:
+            driver = self.backend.driver_version()
+        except Exception as exc:
+            log.debug("driver version unreadable: %s", exc)
+        report = build_report(self.config.node, self.seq, self.agent_id, now, verdict, self.samples, driver)
+        try:
+            assert self.poster is not None
+            self.poster(report)
+            self._last_report_at = now
+            self._report_pending = False
+        except Exception as exc:
+            # Kept pending: the next sweep sends the then-current verdict.
+            self._report_pending = True
+            log.warning("report to the controller failed: %s", exc)
+
+    def _slurm(self, verdict: Verdict) -> None:
+        assert self.slurm is not None
+        node = self.config.node
+        try:
+            if verdict.state == HealthState.UNHEALTHY:
+                self.healthy_streak = 0
+                if self.state.drained_by_agent:
+                    return
+                current = self.slurm.node(node)
+                if current.drained and not current.drained_by_ha_ops:
+                    log.info("%s is already drained by someone else (%s); leaving it", node, current.reason)
+                    return
+                if not current.drained:
+                    self.slurm.drain(node, verdict.reason)
+                    log.warning("drained %s: %s", node, verdict.reason)
+                self.state = AgentState(True, verdict.reason)
+                self.state.save(self.config.state_file)
+            elif verdict.state in (HealthState.HEALTHY, HealthState.DEGRADED):
+                self.healthy_streak += 1
+                cfg = self.config.slurm
+                if (
+                    self.state.drained_by_agent
+                    and cfg.auto_resume
+                    and self.healthy_streak >= cfg.resume_after_healthy_sweeps
+                ):
+                    current = self.slurm.node(node)
+                    if current.drained_by_ha_ops:
+                        self.slurm.resume(node)
+                        log.warning("resumed %s: healthy for %d sweeps", node, self.healthy_streak)
+                    self.state = AgentState(False, "")
+                    self.state.save(self.config.state_file)
+            else:
+                # Unknown: the agent cannot tell; it neither drains nor resumes.
+                self.healthy_streak = 0
+        except Exception as exc:
+            log.error("Slurm action for %s failed (will retry next sweep): %s", node, exc)
+
+    # --- the loop -------------------------------------------------------------------------------------------
+    def _event_loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                events = self.backend.wait_events(self.config.event_poll_s)
+            except Exception as exc:
+                log.error("event wait failed: %s; the sweep still runs", exc)
+                self._stop.wait(1.0)
+                continue
+            if events:
+                with self._lock:
+                    self._pending.extend(events)
+                self._wake.set()
+
+    def _take_events(self) -> list[GpuEvent]:
+        with self._lock:
+            events, self._pending = self._pending, []
+        return events
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+
+    def start_metrics(self) -> object | None:
+        if self.config.metrics.port == 0:
+            return None
+        registry = CollectorRegistry()
+        registry.register(self.collector)
+        server, _thread = start_http_server(
+            self.config.metrics.port, addr=self.config.metrics.address, registry=registry
+        )
+        return server
+
+    def run(self, max_sweeps: int | None = None) -> None:
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(sig, lambda *_: self.stop())
+        server = self.start_metrics()
+        events = threading.Thread(target=self._event_loop, name="gpu-events", daemon=True)
+        events.start()
+        interval = self.config.sweep_interval_s
+        next_sweep = time.monotonic()
+        sweeps = 0
+        try:
+            while not self._stop.is_set():
+                self._wake.wait(max(0.0, next_sweep - time.monotonic()))
+                self._wake.clear()
+                if self._stop.is_set():
+                    break
+                try:
+                    self.sweep(self._take_events())
+                except Exception:
+                    log.exception("sweep failed; the agent keeps running")
+                sweeps += 1
+                if max_sweeps is not None and sweeps >= max_sweeps:
+                    break
+                if time.monotonic() >= next_sweep:
+                    next_sweep = time.monotonic() + interval
+        finally:
+            self._stop.set()
+            events.join(timeout=2 * self.config.event_poll_s + 1)
+            if server is not None:
+                server.shutdown()  # type: ignore[attr-defined]
+            self.backend.close()

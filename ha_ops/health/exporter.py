@@ -1,0 +1,134 @@
+"""Prometheus metrics of the agent, built at scrape time from the latest sweep (no stale label sets)."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from ha_ops.gpu.types import GpuSample, known
+from ha_ops.health.model import HealthState, Verdict
+from ha_ops.health.report import gpu_states
+
+_GAUGES = [
+    ("temperature_gpu_c", "ha_ops_gpu_temperature_celsius", "GPU temperature"),
+    ("temperature_memory_c", "ha_ops_gpu_memory_temperature_celsius", "HBM temperature"),
+    ("power_draw_w", "ha_ops_gpu_power_watts", "Power draw"),
+    ("power_limit_w", "ha_ops_gpu_power_limit_watts", "Enforced power limit"),
+    ("ecc_volatile_corrected", "ha_ops_gpu_ecc_volatile_corrected", "Correctable ECC errors since the last reset"),
+    (
+        "ecc_volatile_uncorrected",
+        "ha_ops_gpu_ecc_volatile_uncorrected",
+        "Uncorrectable ECC errors since the last reset",
+    ),
+    ("ecc_aggregate_corrected", "ha_ops_gpu_ecc_aggregate_corrected", "Correctable ECC errors, lifetime"),
+    ("ecc_aggregate_uncorrected", "ha_ops_gpu_ecc_aggregate_uncorrected", "Uncorrectable ECC errors, lifetime"),
+    ("remapped_rows_correctable", "ha_ops_gpu_remapped_rows_correctable", "Rows remapped for correctable errors"),
+    ("remapped_rows_uncorrectable", "ha_ops_gpu_remapped_rows_uncorrectable", "Rows remapped for uncorrectable errors"),
+    ("remapped_rows_pending", "ha_ops_gpu_remap_pending", "1 if a row remap waits for a GPU reset"),
+    ("remapped_rows_failure", "ha_ops_gpu_remap_failure", "1 if row remapping failed"),
+    ("clock_event_reasons", "ha_ops_gpu_clock_event_reasons", "Clock-event (throttle) reason bitmask"),
+    ("pcie_gen_current", "ha_ops_gpu_pcie_generation", "Current PCIe generation"),
+    ("pcie_width_current", "ha_ops_gpu_pcie_width", "Current PCIe link width"),
+    ("pcie_width_max", "ha_ops_gpu_pcie_width_max", "Maximum PCIe link width"),
+    ("pcie_replay_counter", "ha_ops_gpu_pcie_replays", "PCIe replay counter"),
+    ("recovery_action", "ha_ops_gpu_recovery_action", "NVML GPU recovery action (0 none .. 4 drain and reset)"),
+    ("utilization_gpu_pct", "ha_ops_gpu_utilization_percent", "GPU utilisation"),
+    ("memory_used_bytes", "ha_ops_gpu_memory_used_bytes", "Memory used"),
+    ("memory_total_bytes", "ha_ops_gpu_memory_total_bytes", "Memory total"),
+]
+_STATES = [s.value for s in HealthState]
+
+
+@dataclass
+class AgentStats:
+    sweeps: int = 0
+    read_errors: int = 0
+    findings: Counter = field(default_factory=Counter)  # (check, severity) -> count of sweeps that reported it
+    events: Counter = field(default_factory=Counter)  # (gpu, kind, xid) -> count
+    sweep_seconds: float = 0.0
+    drained_by_agent: bool = False
+
+
+class AgentCollector(Collector):
+    def __init__(self, node: str) -> None:
+        self.node = node
+        self._lock = threading.Lock()
+        self._samples: list[GpuSample] = []
+        self._verdict: Verdict | None = None
+        self.stats = AgentStats()
+
+    def update(self, samples: list[GpuSample], verdict: Verdict) -> None:
+        with self._lock:
+            self._samples, self._verdict = samples, verdict
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        with self._lock:
+            samples, verdict, stats = list(self._samples), self._verdict, self.stats
+        labels = ["node", "gpu", "uuid"]
+        for attr, name, doc in _GAUGES:
+            family = GaugeMetricFamily(name, doc, labels=labels)
+            for s in samples:
+                value = getattr(s, attr)
+                if known(value) and not s.lost:
+                    family.add_metric([self.node, str(s.index), _uuid(s)], float(value))
+            yield family
+        nvlink = GaugeMetricFamily("ha_ops_gpu_nvlink_errors", "NVLink errors by kind", labels=[*labels, "kind"])
+        for s in samples:
+            if isinstance(s.nvlink_errors, dict):
+                for kind, count in s.nvlink_errors.items():
+                    nvlink.add_metric([self.node, str(s.index), _uuid(s), kind], float(count))
+        yield nvlink
+        lost = GaugeMetricFamily("ha_ops_gpu_lost", "1 if the GPU does not answer", labels=labels)
+        for s in samples:
+            lost.add_metric([self.node, str(s.index), _uuid(s)], 1.0 if s.lost else 0.0)
+        yield lost
+        if verdict is not None:
+            gpu_health = GaugeMetricFamily(
+                "ha_ops_gpu_health", "1 for the GPU's health state", labels=[*labels, "state"]
+            )
+            for g in gpu_states(samples, verdict):
+                for state in _STATES:
+                    value = 1.0 if g.state == state else 0.0
+                    gpu_health.add_metric([self.node, str(g.index), g.uuid or "", state], value)
+            yield gpu_health
+            node_health = GaugeMetricFamily(
+                "ha_ops_node_health", "1 for the node's health state", labels=["node", "state"]
+            )
+            for state in _STATES:
+                node_health.add_metric([self.node, state], 1.0 if verdict.state == state else 0.0)
+            yield node_health
+            current = GaugeMetricFamily(
+                "ha_ops_current_findings", "Findings in the latest sweep", labels=["node", "check", "severity"]
+            )
+            for (check, severity), n in Counter((f.check, str(f.severity)) for f in verdict.findings).items():
+                current.add_metric([self.node, check, severity], float(n))
+            yield current
+        findings = CounterMetricFamily(
+            "ha_ops_findings", "Sweeps that reported a finding, by check", labels=["node", "check", "severity"]
+        )
+        for (check, severity), n in stats.findings.items():
+            findings.add_metric([self.node, check, severity], float(n))
+        yield findings
+        events = CounterMetricFamily("ha_ops_gpu_events", "GPU events received", labels=["node", "gpu", "kind", "xid"])
+        for (gpu, kind, xid), n in stats.events.items():
+            events.add_metric([self.node, str(gpu), kind, str(xid) if xid is not None else ""], float(n))
+        yield events
+        yield CounterMetricFamily("ha_ops_agent_sweeps", "Sweeps done", value=float(stats.sweeps), labels=None)
+        yield CounterMetricFamily(
+            "ha_ops_agent_read_errors", "Readings that could not be read", value=float(stats.read_errors)
+        )
+        yield GaugeMetricFamily("ha_ops_agent_sweep_seconds", "Duration of the last sweep", value=stats.sweep_seconds)
+        yield GaugeMetricFamily(
+            "ha_ops_agent_drained_node",
+            "1 while the node is drained by this agent",
+            value=float(stats.drained_by_agent),
+        )
+
+
+def _uuid(sample: GpuSample) -> str:
+    return sample.uuid if isinstance(sample.uuid, str) else ""

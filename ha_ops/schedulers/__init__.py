@@ -1,0 +1,1 @@
+"""Scheduler adapters: one protocol, Slurm first (Kubernetes later)."""
