@@ -16,6 +16,7 @@ from ha_ops.lab.fabric import HOST_IF
 from ha_ops.lab.state import LabState, ServiceState, service_key
 from ha_ops.transport.lab import LabTransport
 from ha_ops.util.proc import CommandResult
+from ha_ops.util.wait import wait_for
 
 if TYPE_CHECKING:
     from ha_ops.lab.cluster import Lab
@@ -87,11 +88,14 @@ class LabNode:
         if pid is None:
             raise LabError(f"{self.name}/{service} is not running; nothing to freeze")
         process.signal_pid(pid, signal.SIGSTOP)
+        # Signal delivery is asynchronous: return once the process really is stopped.
+        wait_for(f"{self.name}/{service} stopped", lambda: process.is_stopped(pid), timeout=2, interval=0.005)
 
     def thaw(self, service: str) -> None:
         pid = self._live_pid(service)
         if pid is not None:
             process.signal_pid(pid, signal.SIGCONT)
+            wait_for(f"{self.name}/{service} running", lambda: not process.is_stopped(pid), timeout=2, interval=0.005)
 
     def start(self, service: str) -> int:
         """Start the service again with its original command line if it is not running; returns its PID."""
