@@ -91,7 +91,7 @@ class NodePool(StrictModel):
 
 
 class Fabric(StrictModel):
-    """Leaf-spine fabric with eBGP; each leaf has `uplinks_per_leaf` links, one to each of that many spines."""
+    """Leaf-spine fabric with eBGP: every leaf has one uplink to every spine (`uplinks_per_leaf` == `spines`)."""
 
     spines: int = Field(ge=1, le=64)
     leaves: int = Field(ge=1, le=250)
@@ -232,6 +232,12 @@ def _rule_problems(spec: ClusterSpec) -> list[str]:
     fab = spec.fabric
     if fab.uplinks_per_leaf > fab.spines:
         problems.append(f"fabric.uplinks_per_leaf: {fab.uplinks_per_leaf} uplinks but only {fab.spines} spines")
+    elif fab.uplinks_per_leaf < fab.spines:
+        # With fewer uplinks than spines two leaves can end up sharing no spine: the fabric splits.
+        problems.append(
+            f"fabric.uplinks_per_leaf: every leaf needs one uplink to each of the {fab.spines} spines, "
+            f"got {fab.uplinks_per_leaf}"
+        )
     if fab.ecmp and fab.uplinks_per_leaf < 2:
         problems.append("fabric.uplinks_per_leaf: ECMP (fabric.ecmp) needs >= 2 uplinks per leaf")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shlex
 import socket
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
@@ -91,8 +92,13 @@ class SSHTransport:
             if input is not None:
                 stdin.write(input)
             stdin.channel.shutdown_write()
+            # Read stderr beside stdout: a command that fills the stderr window would otherwise stall.
+            err_box: list[bytes] = []
+            reader = threading.Thread(target=lambda: err_box.append(stderr.read()), daemon=True)
+            reader.start()
             out = stdout.read().decode(errors="replace")
-            err = stderr.read().decode(errors="replace")
+            reader.join(timeout)
+            err = b"".join(err_box).decode(errors="replace")
             code = stdout.channel.recv_exit_status()
         except TimeoutError as exc:
             raise CommandTimeout(args, timeout, self.name) from exc
