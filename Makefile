@@ -22,7 +22,7 @@ lint:
 	$(VENV)/bin/ruff format --check ha_ops tests
 
 bench:
-	$(PY) tests/bench/lab_updown.py
+	for b in tests/bench/*.py; do case $$b in */__init__.py) ;; *) $(PY) $$b || exit 1;; esac; done
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache .hypothesis
