@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ha_ops.gpu.backend import GpuBackendError, NoGpuError
-from ha_ops.gpu.types import NOT_SUPPORTED, GpuEvent, GpuSample, Unreadable
+from ha_ops.gpu.types import NOT_SUPPORTED, READING_FIELDS, GpuEvent, GpuSample, Unreadable
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +106,20 @@ class NvmlBackend:
 
     def sample(self, index: int) -> GpuSample:
         nv = self.nv
-        h = self._handle(index)
+        try:
+            h = self._handle(index)
+        except nv.NVMLError as exc:
+            # A GPU that fell off the bus typically fails already here (nvmlDeviceGetHandleByIndex: GPU is lost).
+            if getattr(exc, "value", None) == nv.NVML_ERROR_GPU_IS_LOST:
+                lost = Unreadable("GPU is lost")
+                return GpuSample(
+                    index=index,
+                    lost=True,
+                    read_at=time.time(),
+                    errors=("GPU is lost",),
+                    **dict.fromkeys(READING_FIELDS, lost),
+                )
+            return GpuSample.unreadable(index, f"no NVML handle for GPU {index}: {exc}", time.time())
         state = {"lost": False}
 
         def r(fn: Callable[[], Any]) -> Any:

@@ -35,7 +35,9 @@ def sweep_cost(gpus: int = 8, sweeps: int = 500) -> tuple[float, float]:
     """CPU and wall time of one sweep per GPU (read + checks + verdict), fake backend, no Slurm."""
     with tempfile.TemporaryDirectory() as tmp:
         FakeGpus.create(Path(tmp), "bench", gpus)
-        config = AgentConfig(node="bench", backend="fake", fake_dir=Path(tmp), metrics={"port": 0}, slurm={"enabled": False})
+        config = AgentConfig(
+            node="bench", backend="fake", fake_dir=Path(tmp), metrics={"port": 0}, slurm={"enabled": False}
+        )
         agent = Agent(config, FakeBackend(Path(tmp)))
         agent.sweep()
         cpu0, wall0 = time.process_time(), time.perf_counter()
@@ -70,7 +72,9 @@ def main() -> None:
             latencies.append(time.monotonic() - start)
             gpus.clear(gpu)
             wait_for(f"{node} resumed", lambda n=node: not slurm.node(n).drained, timeout=15, interval=0.05)
-            print(f"injection {i + 1}: XID 79 on {node} GPU{gpu} -> drained in {latencies[-1] * 1000:.0f} ms", flush=True)
+            print(
+                f"injection {i + 1}: XID 79 on {node} GPU{gpu} -> drained in {latencies[-1] * 1000:.0f} ms", flush=True
+            )
         p50, p99 = statistics.median(latencies), percentile(latencies, 0.99)
         print(f"fault -> drained in Slurm over {len(latencies)} injections: p50 {p50 * 1000:.0f} ms, "
               f"p99 {p99 * 1000:.0f} ms, max {max(latencies) * 1000:.0f} ms (goal p99 <= 2000 ms)")  # fmt: skip
