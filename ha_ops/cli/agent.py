@@ -56,12 +56,16 @@ def run(
     logging.getLogger("ha_ops").setLevel(logging.INFO)
     gpu = open_backend(cfg.backend, cfg.fake_dir)
     slurm = Slurm(LocalTransport(cfg.node), timeout=cfg.slurm.command_timeout_s) if cfg.slurm.enabled else None
-    poster = http_poster(cfg.controller.url, cfg.controller.timeout_s) if cfg.controller.url else None
+    poster = http_poster(cfg.controller.urls, cfg.controller.timeout_s) if cfg.controller.urls else None
     agent = Agent(cfg, gpu, slurm=slurm, poster=poster)
     output.info(
         f"agent on {cfg.node}: {gpu.device_count()} GPUs ({cfg.backend}), sweep every {cfg.sweep_interval_s:g} s, "
         f"metrics on {cfg.metrics.address}:{cfg.metrics.port}, "
-        + (f"reporting to {cfg.controller.url}" if poster else ("draining in Slurm" if slurm else "observe only"))
+        + (
+            f"reporting to {', '.join(cfg.controller.urls)}"
+            if poster
+            else ("draining in Slurm" if slurm else "observe only")
+        )
     )
     agent.run()
 

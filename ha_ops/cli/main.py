@@ -10,6 +10,8 @@ import typer
 
 from ha_ops import __version__
 from ha_ops.cli import agent as agent_cmd
+from ha_ops.cli import controller as controller_cmd
+from ha_ops.cli import gpu as gpu_cmd
 from ha_ops.cli import lab as lab_cmd
 from ha_ops.cli import output
 from ha_ops.cli import spec as spec_cmd
@@ -31,6 +33,9 @@ app.add_typer(spec_cmd.app, name="spec")
 app.add_typer(lab_cmd.app, name="lab")
 app.add_typer(agent_cmd.agent_app, name="agent")
 app.add_typer(agent_cmd.health_app, name="health")
+app.add_typer(gpu_cmd.app, name="gpu")
+app.add_typer(controller_cmd.controller_app, name="controller")
+app.add_typer(controller_cmd.audit_app, name="audit")
 
 
 def _version(value: bool) -> None:

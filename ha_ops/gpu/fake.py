@@ -3,7 +3,8 @@
 A node's fake GPUs live in one folder: `gpu<N>.json` holds GPU N's current readings (written atomically by
 whoever injects a fault, e.g. the chaos layer, while the agent runs), and `events.jsonl` is an append-only
 stream of XID / ECC events the agent tails. Special keys in a GPU file: `lost` (fallen off the bus: every
-reading then fails) and `fail_reads` (names of readings that fail to read, as NVML errors mid-run would).
+reading then fails), `fail_reads` (names of readings that fail to read, as NVML errors mid-run would) and `sticky`
+(a hardware fault that a GPU reset or a reboot does not repair).
 """
 
 from __future__ import annotations
@@ -105,7 +106,7 @@ class FakeGpus:
         return json.loads(path.read_text())
 
     def update(self, index: int, **changes: Any) -> None:
-        unknown = set(changes) - READING_FIELDS - {"lost", "fail_reads"}
+        unknown = set(changes) - READING_FIELDS - {"lost", "fail_reads", "sticky"}
         if unknown:
             raise ValueError(f"unknown fake GPU readings: {', '.join(sorted(unknown))}")
         state = self.state(index)
@@ -145,6 +146,20 @@ class FakeGpus:
     def fall_off_bus(self, index: int) -> None:
         self.update(index, lost=True)
         self.emit(GpuEvent(index, "xid", xid=79, at=time.time(), detail="GPU has fallen off the bus"))
+
+    def break_permanently(self, index: int) -> None:
+        """Mark the GPU's current fault as hardware that no reset or reboot repairs (only `clear` does)."""
+        self.update(index, sticky=True)
+
+    def reset(self, index: int | None = None) -> list[int]:
+        """What a GPU reset or node reboot does: clears every fault except permanent ones. Returns GPUs reset."""
+        done = []
+        for i in range(self.count()) if index is None else [index]:
+            if self.state(i).get("sticky"):
+                continue
+            self.clear(i)
+            done.append(i)
+        return done
 
     def clear(self, index: int | None = None) -> None:
         """A GPU reset: back to the healthy readings the GPU started with (all GPUs if index is None)."""

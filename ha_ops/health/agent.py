@@ -36,15 +36,28 @@ log = logging.getLogger(__name__)
 Poster = Callable[[AgentReport], None]
 
 
-def http_poster(url: str, timeout: float) -> Poster:
+def http_poster(urls: list[str], timeout: float) -> Poster:
+    """POST reports to the controller that leads: a standby answers 503, so the next URL is tried; the one that
+    accepted is tried first next time."""
+    order = list(urls)
+
     def post(report: AgentReport) -> None:
         body = json.dumps(report.to_json()).encode()
-        request = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"}, method="POST")
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            if response.status >= 300:
-                raise urllib.error.HTTPError(
-                    url, response.status, "controller refused the report", response.headers, None
-                )
+        errors = []
+        for url in list(order):
+            request = urllib.request.Request(
+                url, data=body, headers={"Content-Type": "application/json"}, method="POST"
+            )
+            try:
+                with urllib.request.urlopen(request, timeout=timeout):
+                    pass
+            except (urllib.error.URLError, OSError) as exc:
+                errors.append(f"{url}: {exc}")
+                continue
+            order.remove(url)
+            order.insert(0, url)
+            return
+        raise ConnectionError("no controller accepted the report: " + "; ".join(errors))
 
     return post
 

@@ -224,7 +224,10 @@ class EventLedger:
                 continue
             self.recent.append(event)
             if _event_severity(event) == Severity.CRITICAL:
-                self.latched.setdefault(event.gpu, []).append(event)
+                latched = self.latched.setdefault(event.gpu, [])
+                # One entry per XID: an XID storm on a drained GPU must not grow this until someone resets it.
+                if all(_event_xid(e) != _event_xid(event) for e in latched):
+                    latched.append(event)
         while self.recent and now - self.recent[0].at > keep_s:
             self.recent.popleft()
 

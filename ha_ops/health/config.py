@@ -5,12 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from ha_ops.errors import SpecError
 from ha_ops.health.thresholds import Thresholds
-from ha_ops.spec.load import validation_problems
+from ha_ops.util.yamlconfig import load_model
 
 
 class _Strict(BaseModel):
@@ -30,7 +28,11 @@ class SlurmReporting(_Strict):
 
 
 class ControllerReporting(_Strict):
-    url: str | None = Field(None, description="Remediation controller endpoint; when set, report instead of draining.")
+    urls: list[str] = Field(
+        default_factory=list,
+        description="Report endpoints of the remediation controllers (leader and standby); when set, the agent "
+        "reports instead of draining, to whichever controller leads.",
+    )
     timeout_s: float = Field(2.0, gt=0)
     heartbeat_s: float = Field(10.0, gt=0, description="Resend the current report at least this often.")
 
@@ -49,15 +51,4 @@ class AgentConfig(_Strict):
 
 
 def load_agent_config(path: Path) -> AgentConfig:
-    try:
-        data = yaml.safe_load(Path(path).read_text()) or {}
-    except OSError as exc:
-        raise SpecError(str(path), [f"cannot read: {exc.strerror}"]) from None
-    except yaml.YAMLError as exc:
-        raise SpecError(str(path), [f"not valid YAML ({exc})"]) from None
-    if not isinstance(data, dict):
-        raise SpecError(str(path), ["the top level must be a mapping"])
-    try:
-        return AgentConfig.model_validate(data)
-    except ValidationError as exc:
-        raise SpecError(str(path), validation_problems(exc)) from None
+    return load_model(path, AgentConfig)

@@ -9,6 +9,7 @@ import yaml
 
 from ha_ops.gpu.fake import FakeGpus
 from ha_ops.lab.context import LabContext, ServiceDef
+from ha_ops.lab.controllers import base_urls
 
 LAB_SWEEP_INTERVAL_S = 0.5
 
@@ -21,8 +22,10 @@ def config_path(ctx: LabContext, node: str) -> Path:
     return ctx.node_dir(node) / "agent.yaml"
 
 
-def render_config(ctx: LabContext, node: str) -> dict:
+def render_config(ctx: LabContext, node: str, report_to_controllers: bool = True) -> dict:
+    """With a remediation controller in the spec the agent reports to it; otherwise it drains in Slurm itself."""
     layout = ctx.layout.node(node)
+    urls = [f"{u}/v1/reports" for u in base_urls(ctx)] if report_to_controllers else []
     return {
         "node": node,
         "backend": "fake",
@@ -30,8 +33,15 @@ def render_config(ctx: LabContext, node: str) -> dict:
         "sweep_interval_s": LAB_SWEEP_INTERVAL_S,
         "metrics": {"address": str(layout.address), "port": ctx.spec.monitoring.agent_port},
         "slurm": {"enabled": True, "auto_resume": True, "resume_after_healthy_sweeps": 2},
+        "controller": {"urls": urls, "heartbeat_s": 5.0},
         "state_file": str(ctx.node_dir(node) / "agent-state.json"),
     }
+
+
+def write_configs(ctx: LabContext, report_to_controllers: bool = True) -> None:
+    for node in ctx.layout.nodes_with_role("gpu"):
+        config = render_config(ctx, node.name, report_to_controllers)
+        config_path(ctx, node.name).write_text(yaml.safe_dump(config, sort_keys=False))
 
 
 def prepare(ctx: LabContext) -> None:
@@ -39,7 +49,7 @@ def prepare(ctx: LabContext) -> None:
         directory = gpu_dir(ctx, node.name)
         if not (directory / "gpu0.json").exists():
             FakeGpus.create(directory, node.name, node.gpus, model=node.gpu_model)
-        config_path(ctx, node.name).write_text(yaml.safe_dump(render_config(ctx, node.name), sort_keys=False))
+    write_configs(ctx)
 
 
 def agent_services(ctx: LabContext) -> list[ServiceDef]:

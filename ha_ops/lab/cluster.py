@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ha_ops.errors import LabError, NotRootError
-from ha_ops.lab import agents, fabric, monitoring, netns, process, slurm, sshd
+from ha_ops.lab import agents, controllers, fabric, monitoring, netns, process, slurm, sshd
 from ha_ops.lab.context import LabContext, ServiceDef
 from ha_ops.lab.http import http_get
 from ha_ops.lab.paths import NODE_DIR, LabPaths, netns_name
@@ -138,6 +138,7 @@ class Lab:
         sshd.prepare(ctx)
         monitoring.prepare(ctx)
         agents.prepare(ctx)
+        controllers.prepare(ctx)
 
         progress(f"creating {len(ctx.switch_names()) + len(ctx.host_names())} nodes")
         for name in ctx.switch_names():
@@ -158,6 +159,7 @@ class Lab:
         self._ensure_services(state, sshd.sshd_services(ctx))
         self._ensure_services(state, slurm.slurm_services(ctx))
         self._ensure_services(state, monitoring.monitoring_services(ctx))
+        self._ensure_services(state, controllers.controller_services(ctx))
         self._ensure_services(state, agents.agent_services(ctx))
 
         deadline = time.monotonic() + timeout
@@ -294,7 +296,7 @@ class Lab:
                 problems.append(f"{node.name}: {info['state']}")
         return problems
 
-    def endpoint_problems(self) -> list[str]:
+    def endpoint_problems(self, include_controllers: bool = True) -> list[str]:
 
         problems = []
         mon_node = self.ctx.spec.monitoring.host.name
@@ -313,6 +315,14 @@ class Lab:
                 netns.connect_in(self.ctx.netns(node.name), (str(node.address), 22), timeout=1).close()
             except Exception as exc:
                 problems.append(f"{node.name} sshd: {exc}")
+        for url in controllers.base_urls(self.ctx) if include_controllers else []:
+            node = next(n for n in self.ctx.layout.nodes_with_role("controller") if f"//{n.address}:" in url)
+            try:
+                status, _ = http_get(self.ctx.netns(node.name), f"{url}/healthz", timeout=2)
+                if status != 200:
+                    problems.append(f"{node.name} controller: /healthz returned {status}")
+            except Exception as exc:
+                problems.append(f"{node.name} controller: {exc}")
         port = self.ctx.spec.monitoring.agent_port
         for node in self.ctx.layout.nodes_with_role("gpu"):
             try:
@@ -367,6 +377,23 @@ class Lab:
             "alertmanager": monitoring.alertmanager_url(self.ctx),
             "problems": problems,
         }
+
+    def use_controllers(self, on: bool) -> None:
+        """Switch the lab between agents that report to the remediation controllers (on) and agents that drain in
+        Slurm themselves with the controllers stopped (off), as on a Slurm-only cluster without a controller."""
+        agents.write_configs(self.ctx, report_to_controllers=on)
+        for node in self.ctx.layout.nodes_with_role("controller"):
+            handle = self.node(node.name)
+            if "controller" in handle.services():
+                handle.start("controller") if on else handle.stop("controller")
+        for node in self.ctx.layout.nodes_with_role("gpu"):
+            self.node(node.name).restart("agent")
+        wait_for(
+            "agents (and controllers) answering",
+            lambda: not self.endpoint_problems(include_controllers=on),
+            timeout=30,
+            interval=0.2,
+        )
 
     # --- node handles ---------------------------------------------------------------------------------------
     def node(self, name: str) -> LabNode:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import yaml
 
 from ha_ops.lab.context import LabContext, ServiceDef
+from ha_ops.lab.controllers import base_urls
 
 
 def _mon(ctx: LabContext) -> tuple[str, int, int]:
@@ -35,6 +36,7 @@ def render_prometheus(ctx: LabContext) -> dict:
     address, prom_port, am_port = _mon(ctx)
     interval = prometheus_duration(mon.scrape_interval_s)
     agents = [f"{n.address}:{mon.agent_port}" for n in ctx.layout.nodes_with_role("gpu")]
+    controllers = [u.removeprefix("http://") for u in base_urls(ctx)]
     return {
         "global": {
             "scrape_interval": interval,
@@ -47,6 +49,7 @@ def render_prometheus(ctx: LabContext) -> dict:
             {"job_name": "prometheus", "static_configs": [{"targets": [f"{address}:{prom_port}"]}]},
             {"job_name": "alertmanager", "static_configs": [{"targets": [f"{address}:{am_port}"]}]},
             {"job_name": "ha-ops-agent", "static_configs": [{"targets": agents}]},
+            *([{"job_name": "ha-ops-controller", "static_configs": [{"targets": controllers}]}] if controllers else []),
         ],
     }
 
@@ -72,6 +75,20 @@ def render_rules() -> dict:
                         "annotations": {"summary": "GPU node {{ $labels.node }} is unhealthy"},
                     },
                     {
+                        "alert": "HaOpsRemediationBreakerOpen",
+                        "expr": "ha_ops_controller_breaker_open == 1",
+                        "for": "0s",
+                        "labels": {"severity": "critical"},
+                        "annotations": {"summary": "remediation stopped: the circuit breaker is open (see its reason)"},
+                    },
+                    {
+                        "alert": "HaOpsNodeNeedsReplacement",
+                        "expr": "ha_ops_controller_needs_replacement == 1",
+                        "for": "0s",
+                        "labels": {"severity": "warning"},
+                        "annotations": {"summary": "{{ $labels.node }} is held out of service for replacement"},
+                    },
+                    {
                         "alert": "HaOpsGpuNodeDegraded",
                         "expr": 'ha_ops_node_health{state="degraded"} == 1',
                         "for": "0s",
@@ -84,7 +101,8 @@ def render_rules() -> dict:
     }
 
 
-def render_alertmanager() -> dict:
+def render_alertmanager(ctx: LabContext | None = None) -> dict:
+    hooks = [{"url": f"{u}/v1/alerts", "send_resolved": True} for u in (base_urls(ctx) if ctx else [])]
     return {
         "route": {
             "receiver": "default",
@@ -93,7 +111,7 @@ def render_alertmanager() -> dict:
             "group_interval": "1s",
             "repeat_interval": "1h",
         },
-        "receivers": [{"name": "default"}],
+        "receivers": [{"name": "default", **({"webhook_configs": hooks} if hooks else {})}],
     }
 
 
@@ -103,7 +121,7 @@ def prepare(ctx: LabContext) -> None:
     (etc / "prometheus" / "prometheus.yml").write_text(yaml.safe_dump(render_prometheus(ctx), sort_keys=False))
     (etc / "prometheus" / "rules.yml").write_text(yaml.safe_dump(render_rules(), sort_keys=False))
     (etc / "alertmanager").mkdir(parents=True, exist_ok=True)
-    (etc / "alertmanager" / "alertmanager.yml").write_text(yaml.safe_dump(render_alertmanager(), sort_keys=False))
+    (etc / "alertmanager" / "alertmanager.yml").write_text(yaml.safe_dump(render_alertmanager(ctx), sort_keys=False))
 
 
 def monitoring_services(ctx: LabContext) -> list[ServiceDef]:

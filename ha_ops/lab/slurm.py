@@ -65,8 +65,12 @@ def render_slurm_conf(ctx: LabContext) -> str:
             f"NodeName={node.name} NodeAddr={node.address} CPUs={node.cpus} RealMemory={node.memory_mb} "
             f"Gres=gpu:{node.gpus} State=UNKNOWN"
         )
-    names = ",".join(n.name for n in gpu_nodes)
-    lines.append(f"PartitionName={slurm.partition} Nodes={names} Default=YES MaxTime=INFINITE State=UP")
+    main = ",".join(n.name for n in gpu_nodes if not n.spare)
+    lines.append(f"PartitionName={slurm.partition} Nodes={main} Default=YES MaxTime=INFINITE State=UP")
+    spares = ",".join(n.name for n in gpu_nodes if n.spare)
+    if spares:
+        # Spare capacity: idle outside the main partition until the remediation controller moves a spare in.
+        lines.append(f"PartitionName=spare Nodes={spares} Default=NO MaxTime=INFINITE State=INACTIVE")
     return "\n".join(lines) + "\n"
 
 

@@ -7,6 +7,7 @@ wrapped in our own timeout (shared/LAB-NOTES.md).
 from __future__ import annotations
 
 import logging
+import re
 import time
 from dataclasses import dataclass
 
@@ -18,6 +19,9 @@ log = logging.getLogger(__name__)
 
 # Reasons ha-ops writes start with this, so that it only ever resumes nodes it drained itself.
 REASON_PREFIX = "ha-ops:"
+# `scontrol show node -o` stamps the reason " [user@time]" and may print optional fields after it.
+_REASON_STAMP = re.compile(r" \[[^\[\]@]+@[^\[\]]*\](?=\s|$)")
+_AFTER_REASON = re.compile(r" (?:Comment|Extra|InstanceId|InstanceType|ReservationName)=")
 
 
 @dataclass(frozen=True)
@@ -33,6 +37,14 @@ class SlurmNode:
     @property
     def drained_by_ha_ops(self) -> bool:
         return self.drained and self.reason.startswith(REASON_PREFIX)
+
+
+@dataclass(frozen=True)
+class SlurmJob:
+    id: str
+    state: str
+    nodes: tuple[str, ...]
+    name: str = ""
 
 
 class Slurm:
@@ -58,19 +70,22 @@ class Slurm:
     def node(self, name: str) -> SlurmNode:
         out = self._run(["scontrol", "show", "node", "-o", name]).stdout
         fields: dict[str, str] = {}
-        # One line of Key=Value pairs; Reason= runs to the end of its value, which may contain spaces.
+        reason = ""
+        # One line of Key=Value pairs; the Reason value may contain spaces. It ends at Slurm's " [user@time]"
+        # stamp, or else at the first optional field printed after it (Comment=, Extra=, ...).
         if " Reason=" in out:
             out, reason = out.split(" Reason=", 1)
-            fields["Reason"] = reason.strip()
+            rest = ""
+            if stamp := _REASON_STAMP.search(reason):
+                reason, rest = reason[: stamp.start()], reason[stamp.end() :]
+            elif after := _AFTER_REASON.search(reason):
+                reason, rest = reason[: after.start()], reason[after.start() :]
+            out, reason = f"{out} {rest}", reason.strip()
         for token in out.split():
             key, _, value = token.partition("=")
             fields[key] = value
         if fields.get("NodeName") != name:
             raise TransportError(f"scontrol did not describe node {name!r}: {out.strip()[:200]}")
-        reason = fields.get("Reason", "")
-        # Slurm appends " [user@time]" to reasons.
-        if reason.endswith("]") and " [" in reason:
-            reason = reason[: reason.rindex(" [")]
         return SlurmNode(name, fields.get("State", "UNKNOWN"), reason)
 
     def drain(self, name: str, reason: str) -> None:
@@ -79,3 +94,64 @@ class Slurm:
 
     def resume(self, name: str) -> None:
         self._run(["scontrol", "update", f"NodeName={name}", "State=RESUME"])
+
+    def jobs(self) -> list[SlurmJob]:
+        out = self._run(["squeue", "-h", "-o", "%i|%T|%N|%j"]).stdout
+        jobs = []
+        for line in out.splitlines():
+            if not line.strip():
+                continue
+            job_id, state, nodes, name = line.split("|", 3)
+            jobs.append(SlurmJob(job_id, state, tuple(expand_hostlist(nodes)) if nodes else (), name))
+        return jobs
+
+    def jobs_on(self, node: str) -> list[SlurmJob]:
+        return [j for j in self.jobs() if node in j.nodes]
+
+    def job_requeueable(self, job_id: str) -> bool:
+        out = self._run(["scontrol", "show", "job", "-o", job_id]).stdout
+        return " Requeue=1 " in f" {out} "
+
+    def requeue(self, job_id: str) -> None:
+        self._run(["scontrol", "requeue", job_id])
+
+    def partition_nodes(self, partition: str) -> list[str]:
+        out = self._run(["scontrol", "show", "partition", "-o", partition]).stdout
+        for token in out.split():
+            if token.startswith("Nodes="):
+                value = token.removeprefix("Nodes=")
+                return [] if value in ("", "(null)") else expand_hostlist(value)
+        return []
+
+    def set_partition_nodes(self, partition: str, nodes: list[str]) -> None:
+        self._run(["scontrol", "update", f"PartitionName={partition}", f"Nodes={','.join(nodes)}"])
+
+
+def expand_hostlist(expression: str) -> list[str]:
+    """Slurm hostlist expressions such as `gpu[1-3,5],ctl1` -> names (what `scontrol show hostnames` does)."""
+    names: list[str] = []
+    depth, token = 0, ""
+    parts = []
+    for char in expression.strip():
+        if char == "," and depth == 0:
+            parts.append(token)
+            token = ""
+            continue
+        depth += char == "["
+        depth -= char == "]"
+        token += char
+    if token:
+        parts.append(token)
+    for part in parts:
+        if "[" not in part:
+            names.append(part)
+            continue
+        prefix, rest = part.split("[", 1)
+        ranges, suffix = rest.split("]", 1)
+        for item in ranges.split(","):
+            if "-" in item:
+                lo, hi = item.split("-", 1)
+                names += [f"{prefix}{n:0{len(lo)}d}{suffix}" for n in range(int(lo), int(hi) + 1)]
+            else:
+                names.append(f"{prefix}{item}{suffix}")
+    return names

@@ -138,6 +138,19 @@ class Monitoring(StrictModel):
     scrape_interval_s: float = Field(default=1.0, gt=0, le=300)
 
 
+class Remediation(StrictModel):
+    """The remediation controller: one instance on each controller host, with these safety limits."""
+
+    port: Port = 8800
+    dry_run: bool = False
+    breaker_max_nodes: int = Field(default=2, ge=1)
+    breaker_max_fraction: float = Field(default=0.5, gt=0, le=1)
+    breaker_window_s: float = Field(default=600.0, gt=0)
+    min_healthy_fraction: float = Field(default=0.5, ge=0, le=1)
+    max_cordons_per_minute: int = Field(default=10, ge=1)
+    opt_out: list[HostName] = Field(default_factory=list)
+
+
 class ClusterSpec(StrictModel):
     version: Annotated[Literal[1], BeforeValidator(_exact_int)] = 1
     name: HostName
@@ -150,6 +163,7 @@ class ClusterSpec(StrictModel):
     storage: Storage | None = None
     schedulers: Schedulers
     monitoring: Monitoring
+    remediation: Remediation | None = None
 
     @model_validator(mode="after")
     def _check_rules(self) -> ClusterSpec:
@@ -268,6 +282,12 @@ def _rule_problems(spec: ClusterSpec) -> list[str]:
             problems.append(
                 f"storage.replicas: {st.replicas} replicas need >= {st.replicas} storage hosts, got {len(st.hosts)}"
             )
+
+    if spec.remediation is not None:
+        gpu_nodes = {name for pool in spec.pools for name in pool.node_names()}
+        for name in spec.remediation.opt_out:
+            if name not in gpu_nodes:
+                problems.append(f"remediation.opt_out: {name!r} is not a GPU node of any pool")
 
     if spec.schedulers.slurm is None:
         problems.append("schedulers: no scheduler configured (schedulers.slurm)")

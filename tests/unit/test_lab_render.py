@@ -148,14 +148,17 @@ def test_slurm_conf_one_node_line_per_gpu_node(ctx: LabContext) -> None:
     assert not others & {f["NodeName"] for f in lines}
 
 
-def test_slurm_conf_partition_holds_every_gpu_node(ctx: LabContext) -> None:
+def test_slurm_conf_main_partition_holds_the_gpu_nodes_and_spares_wait_outside(ctx: LabContext) -> None:
     parts = [fields(ln) for ln in conf_lines(slurm.render_slurm_conf(ctx)) if ln.startswith("PartitionName=")]
-    assert len(parts) == 1
-    part = parts[0]
-    assert part["PartitionName"] == "gpu"
-    assert part["Nodes"].split(",") == [n.name for n in gpu_nodes(ctx)]
-    assert part["State"] == "UP"
-    assert part["Default"] == "YES"
+    assert len(parts) == 2
+    main, spare = parts
+    assert main["PartitionName"] == "gpu"
+    assert main["Nodes"].split(",") == [n.name for n in gpu_nodes(ctx) if not n.spare]
+    assert main["State"] == "UP"
+    assert main["Default"] == "YES"
+    assert spare["PartitionName"] == "spare"
+    assert spare["Nodes"].split(",") == [n.name for n in gpu_nodes(ctx) if n.spare] == ["gpu4"]
+    assert spare["State"] == "INACTIVE"
 
 
 def test_slurm_conf_gres_count_follows_the_pool(tmp_path: Path) -> None:

@@ -1,0 +1,125 @@
+"""`ha-ops controller` (run, status, repaired, breaker-reset) and `ha-ops audit verify`."""
+
+from __future__ import annotations
+
+import json
+import logging
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.table import Table
+
+from ha_ops.cli import output
+from ha_ops.errors import TransportError
+from ha_ops.remediation.audit import AuditHead, verify
+from ha_ops.remediation.config import load_controller_config
+from ha_ops.remediation.store import read_state
+
+controller_app = typer.Typer(help="The remediation controller.", no_args_is_help=True)
+audit_app = typer.Typer(help="The controller's audit log.", no_args_is_help=True)
+
+UrlOpt = typer.Option("http://127.0.0.1:8800", "--url", envvar="HA_OPS_CONTROLLER_URL", help="A controller's base URL.")
+
+
+def _call(url: str, method: str = "GET") -> dict[str, Any]:
+    request = urllib.request.Request(url, method=method, data=b"{}" if method == "POST" else None)
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        body = exc.read().decode(errors="replace")
+        raise TransportError(f"{url}: HTTP {exc.code}: {body.strip()}") from None
+    except (urllib.error.URLError, OSError) as exc:
+        raise TransportError(f"{url}: {exc}") from None
+
+
+@controller_app.command("run")
+def run(config: Path = typer.Option(..., "--config", "-c", help="Controller config (YAML).")) -> None:
+    """Run one controller instance (start one on each controller host; they elect a leader)."""
+    from ha_ops.remediation.controller import Controller
+    from ha_ops.remediation.executor import Executor
+    from ha_ops.remediation.nodeops import SshNodeOps
+    from ha_ops.schedulers.slurm import Slurm
+    from ha_ops.transport.local import LocalTransport
+
+    cfg = load_controller_config(config)
+    logging.getLogger("ha_ops").setLevel(logging.INFO)
+    slurm = Slurm(LocalTransport(cfg.id), timeout=cfg.slurm_timeout_s)
+    controller = Controller(cfg, Executor(slurm, SshNodeOps(cfg.access), cfg.partition))
+    mode = "shadow mode (dry run): decides and audits, changes nothing" if cfg.safety.dry_run else "acting"
+    output.info(f"controller {cfg.id}: state in {cfg.state_dir}, {mode}")
+    controller.run()
+
+
+@controller_app.command()
+def status(
+    url: str = UrlOpt,
+    state_dir: Path | None = typer.Option(None, "--state-dir", help="Read the shared state instead of asking."),
+    json_out: bool = typer.Option(False, "--json"),
+) -> None:
+    """Leader, circuit breaker and every node's phase."""
+    if state_dir is not None:
+        data: dict[str, Any] = {"state": read_state(state_dir / "state.json").model_dump(mode="json")}
+        lease = state_dir / "lease.json"
+        data["lease"] = json.loads(lease.read_text()) if lease.exists() else None
+    else:
+        data = _call(f"{url.rstrip('/')}/v1/state")
+    if json_out:
+        output.emit_json(data)
+        return
+    state = data.get("state")
+    if state is None:
+        output.result(f"{data.get('id')} is standby; the leader is {data.get('leader_name') or 'unknown'}")
+        return
+    breaker = state["breaker"]
+    output.result(f"circuit breaker: {'OPEN: ' + breaker['reason'] if breaker['open'] else 'closed'}")
+    table = Table(title="nodes")
+    for col in ("node", "pool", "phase", "rung", "reason"):
+        table.add_column(col)
+    for rec in state["nodes"].values():
+        spare = " (spare, in service)" if rec["spare"] and rec["in_main"] else (" (spare)" if rec["spare"] else "")
+        table.add_row(rec["name"] + spare, rec["pool"], rec["phase"], rec["rung"] or "", rec["reason"][:60])
+    output.result(table)
+    pending = [i for i in state["intents"] if i["status"] == "pending"]
+    output.result(f"pending intents: {len(pending)}")
+
+
+@controller_app.command()
+def repaired(node: str = typer.Argument(...), url: str = UrlOpt) -> None:
+    """Tell the leader a node held for replacement was repaired: it validates it and returns it to service."""
+    output.emit_json(_call(f"{url.rstrip('/')}/v1/nodes/{node}/repaired", "POST"))
+
+
+@controller_app.command("breaker-reset")
+def breaker_reset(url: str = UrlOpt) -> None:
+    """Close the circuit breaker after the cause of a mass failure was understood."""
+    output.emit_json(_call(f"{url.rstrip('/')}/v1/breaker/reset", "POST"))
+
+
+@audit_app.command("verify")
+def audit_verify(
+    file: Path = typer.Argument(..., help="audit.jsonl"),
+    state: Path | None = typer.Option(None, "--state", help="The controller's state.json: also checks the log's end."),
+    json_out: bool = typer.Option(False, "--json"),
+) -> None:
+    """Check the audit log's hash chain: a changed, inserted or removed line is named. Exit 1 if broken."""
+    head = None
+    if state is not None:
+        recorded = read_state(state)
+        head = AuditHead(recorded.audit_seq, recorded.audit_hash)
+    problems = verify(file, head)
+    entries = sum(1 for line in file.read_text().splitlines() if line.strip()) if file.exists() else 0
+    if json_out:
+        output.emit_json({"file": str(file), "entries": entries, "intact": not problems, "problems": problems})
+    elif problems:
+        for problem in problems:
+            output.error(problem)
+    else:
+        output.result(
+            f"{file}: {entries} entries, chain intact" + (" and matching the controller's state" if head else "")
+        )
+    if problems:
+        raise typer.Exit(1)

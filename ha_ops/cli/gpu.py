@@ -1,0 +1,53 @@
+"""`ha-ops gpu reset`: the repair step the remediation controller runs on a node."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from ha_ops.cli import output
+from ha_ops.errors import HaOpsError
+from ha_ops.util.proc import run
+
+app = typer.Typer(help="GPU operations on this node.", no_args_is_help=True)
+
+
+@app.command()
+def reset(
+    gpu: list[int] = typer.Option([], "--gpu", "-g", help="GPU index (repeatable)."),
+    all_gpus: bool = typer.Option(False, "--all", help="Every GPU (what a reboot does to them)."),
+    backend: str = typer.Option("nvml", "--backend", help="nvml (nvidia-smi -r) or fake."),
+    fake_dir: Path | None = typer.Option(None, "--fake-dir", help="Folder of fake GPUs (fake backend)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Say what would be reset; change nothing."),
+) -> None:
+    """Reset GPUs. The node must be drained first: a reset kills whatever runs on the GPU."""
+    if not gpu and not all_gpus:
+        raise HaOpsError("name GPUs with --gpu N, or use --all")
+    if backend == "fake":
+        from ha_ops.gpu.fake import FakeGpus
+
+        if fake_dir is None:
+            raise HaOpsError("--backend fake needs --fake-dir")
+        fake = FakeGpus(fake_dir)
+        targets = list(range(fake.count())) if all_gpus else gpu
+        if dry_run:
+            output.result(f"would reset GPU(s) {targets}")
+            return
+        done = [i for t in targets for i in fake.reset(t)]
+        kept = sorted(set(targets) - set(done))
+        output.result(f"reset GPU(s) {done}" + (f"; GPU(s) {kept} have a permanent fault" if kept else ""))
+        if kept:
+            raise typer.Exit(1)
+        return
+    if backend != "nvml":
+        raise HaOpsError(f"unknown backend {backend!r}; use nvml or fake")
+    argv = ["nvidia-smi", "-r"] + ([] if all_gpus else ["-i", ",".join(map(str, gpu))])
+    if dry_run:
+        output.result("would run: " + " ".join(argv))
+        return
+    result = run(argv, timeout=120, check=False)
+    output.result(result.stdout.strip())
+    if not result.ok:
+        output.error(result.stderr.strip())
+        raise typer.Exit(1)

@@ -1,0 +1,95 @@
+"""The remediation controller on both lab controller nodes, with node access over the lab's sshd."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import yaml
+
+from ha_ops.lab.context import LabContext, ServiceDef
+from ha_ops.lab.paths import NODE_DIR
+from ha_ops.lab.sshd import client_key, known_hosts
+
+# Lab timings: fast enough for tests, same logic as production.
+LAB_LADDER = {"validate_timeout_s": 20.0, "probation_s": 20.0, "max_flaps": 2, "flap_window_s": 600.0,
+              "drain_timeout_s": 15.0}  # fmt: skip
+
+
+def state_dir(ctx: LabContext) -> Path:
+    return ctx.paths.shared / "controller"
+
+
+def config_path(ctx: LabContext, node: str) -> Path:
+    return ctx.node_dir(node) / "controller.yaml"
+
+
+def base_urls(ctx: LabContext) -> list[str]:
+    """The controllers' base URLs; none without a `remediation` section."""
+    if ctx.spec.remediation is None:
+        return []
+    port = ctx.spec.remediation.port
+    return [f"http://{n.address}:{port}" for n in ctx.layout.nodes_with_role("controller")]
+
+
+def render_config(ctx: LabContext, node: str) -> dict:
+    rem = ctx.spec.remediation
+    assert rem is not None
+    slurm = ctx.spec.schedulers.slurm
+    assert slurm is not None
+    pools: dict[str, dict[str, list[str]]] = {}
+    for n in ctx.layout.nodes_with_role("gpu"):
+        pool = pools.setdefault(n.pool or "gpu", {"nodes": [], "spares": []})
+        pool["spares" if n.spare else "nodes"].append(n.name)
+    python = sys.executable
+    fake = NODE_DIR / "gpus"
+    return {
+        "id": node,
+        "listen_address": str(ctx.layout.node(node).address),
+        "port": rem.port,
+        "peers": base_urls(ctx),
+        "state_dir": str(state_dir(ctx)),
+        "partition": slurm.partition,
+        "pools": pools,
+        "safety": {
+            "breaker_max_nodes": rem.breaker_max_nodes,
+            "breaker_max_fraction": rem.breaker_max_fraction,
+            "breaker_window_s": rem.breaker_window_s,
+            "min_healthy_fraction": rem.min_healthy_fraction,
+            "max_cordons_per_minute": rem.max_cordons_per_minute,
+            "dry_run": rem.dry_run,
+            "opt_out": list(rem.opt_out),
+        },
+        "ladder": LAB_LADDER,
+        "access": {
+            "ssh_user": "root",
+            "ssh_key": str(client_key(ctx)),
+            "known_hosts": str(known_hosts(ctx)),
+            "reset_gpu_command": f"{python} -m ha_ops gpu reset --backend fake --fake-dir {fake} --gpu {{gpu}}",
+            "reboot_command": f"{python} -m ha_ops gpu reset --backend fake --fake-dir {fake} --all",
+            "validate_command": f"{python} -m ha_ops health check --config {NODE_DIR / 'agent.yaml'}",
+            "command_timeout_s": 30.0,
+        },
+    }
+
+
+def prepare(ctx: LabContext) -> None:
+    if ctx.spec.remediation is None:
+        return
+    state_dir(ctx).mkdir(parents=True, exist_ok=True)
+    for n in ctx.layout.nodes_with_role("controller"):
+        config_path(ctx, n.name).write_text(yaml.safe_dump(render_config(ctx, n.name), sort_keys=False))
+
+
+def controller_services(ctx: LabContext) -> list[ServiceDef]:
+    if ctx.spec.remediation is None:
+        return []
+    return [
+        ServiceDef(
+            n.name,
+            "controller",
+            [sys.executable, "-m", "ha_ops", "controller", "run", "--config", str(config_path(ctx, n.name))],
+            ctx.node_dir(n.name) / "log" / "controller.log",
+        )
+        for n in ctx.layout.nodes_with_role("controller")
+    ]

@@ -1,0 +1,126 @@
+"""Append-only, hash-chained audit log (JSON lines). Each entry holds the hash of the previous one, so a changed,
+inserted or removed line breaks the chain; the controller's state keeps the head (seq and hash), so a cut-off tail
+is detected too.
+
+Entry: seq, at, who, what, node, why, before, after, intent, prev, hash.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+GENESIS = "0" * 64
+
+
+def _digest(entry: dict[str, Any]) -> str:
+    body = {k: v for k, v in entry.items() if k != "hash"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class AuditHead:
+    seq: int
+    hash: str
+
+
+class AuditLog:
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+
+    def head(self) -> AuditHead:
+        """The last entry's seq and hash (seq 0 and the genesis hash for an empty log)."""
+        last = None
+        if self.path.exists():
+            with open(self.path, "rb") as handle:
+                for line in handle:
+                    if line.strip():
+                        last = line
+        if last is None:
+            return AuditHead(0, GENESIS)
+        entry = json.loads(last)
+        return AuditHead(int(entry["seq"]), str(entry["hash"]))
+
+    def intents(self) -> set[str]:
+        """Intent ids already audited: an action re-run after a failover is not written twice."""
+        found: set[str] = set()
+        if self.path.exists():
+            with open(self.path) as handle:
+                for line in handle:
+                    if line.strip():
+                        intent = json.loads(line).get("intent")
+                        if intent:
+                            found.add(intent)
+        return found
+
+    def append(
+        self,
+        *,
+        at: float,
+        who: str,
+        what: str,
+        node: str | None,
+        why: str,
+        before: Any = None,
+        after: Any = None,
+        intent: str | None = None,
+    ) -> AuditHead:
+        head = self.head()
+        entry: dict[str, Any] = {
+            "seq": head.seq + 1,
+            "at": at,
+            "who": who,
+            "what": what,
+            "node": node,
+            "why": why,
+            "before": before,
+            "after": after,
+            "intent": intent,
+            "prev": head.hash,
+        }
+        entry["hash"] = _digest(entry)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        line = (json.dumps(entry, sort_keys=True) + "\n").encode()
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        return AuditHead(entry["seq"], entry["hash"])
+
+
+def verify(path: Path, expected_head: AuditHead | None = None) -> list[str]:
+    """Problems in the chain, each naming the line; empty when the log is intact."""
+    problems: list[str] = []
+    prev_hash, prev_seq = GENESIS, 0
+    try:
+        lines = Path(path).read_text().splitlines()
+    except OSError as exc:
+        return [f"{path}: cannot read ({exc.strerror})"]
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            problems.append(f"line {number}: not valid JSON")
+            prev_hash, prev_seq = "?", prev_seq + 1
+            continue
+        if entry.get("seq") != prev_seq + 1:
+            problems.append(f"line {number}: seq {entry.get('seq')} follows {prev_seq} (an entry is missing or moved)")
+        if entry.get("prev") != prev_hash and prev_hash != "?":
+            problems.append(f"line {number}: does not chain to the previous entry (removed or changed before it)")
+        if entry.get("hash") != _digest(entry):
+            problems.append(f"line {number}: content does not match its hash (changed)")
+        prev_hash, prev_seq = str(entry.get("hash")), int(entry.get("seq", prev_seq + 1))
+    if expected_head is not None and (prev_seq, prev_hash) != (expected_head.seq, expected_head.hash):
+        problems.append(
+            f"the log ends at seq {prev_seq} but the controller's state records seq {expected_head.seq}: "
+            "entries at the end were removed or changed"
+        )
+    return problems

@@ -1,0 +1,76 @@
+"""The controller's configuration (YAML): who it is, where the shared state lives, safety limits, the ladder, and
+how to reach nodes. Unknown keys are rejected."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ha_ops.util.yamlconfig import load_model
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Safety(_Strict):
+    breaker_max_nodes: int = Field(2, ge=1, description="Cordons within the window that trip the breaker.")
+    breaker_max_fraction: float = Field(0.1, gt=0, le=1, description="...or this share of a pool within the window.")
+    breaker_window_s: float = Field(600.0, gt=0)
+    min_healthy_fraction: float = Field(
+        0.5, ge=0, le=1, description="Never cordon below this share of a pool in service."
+    )
+    max_cordons_per_minute: int = Field(10, ge=1, description="Rate limit; further cordons wait their turn.")
+    dry_run: bool = Field(False, description="Shadow mode: decide, log and audit; change nothing.")
+    opt_out: list[str] = Field(default_factory=list, description="Nodes the controller never touches.")
+
+
+class Ladder(_Strict):
+    validate_timeout_s: float = Field(60.0, gt=0, description="How long a repair step may take to validate.")
+    probation_s: float = Field(300.0, ge=0, description="After a return, a new fault within this counts as a flap.")
+    max_flaps: int = Field(
+        2, ge=1, description="Returns within the flap window before the node is held for replacement."
+    )
+    flap_window_s: float = Field(3600.0, gt=0)
+    drain_timeout_s: float = Field(30.0, gt=0, description="Wait for jobs that cannot be requeued before repairing.")
+
+
+class NodeAccess(_Strict):
+    """How the controller reaches a node: ssh with verified host keys, and the commands for each repair step."""
+
+    ssh_user: str = "root"
+    ssh_key: Path | None = None
+    known_hosts: Path | None = None
+    connect_timeout_s: float = 5.0
+    reset_gpu_command: str = "nvidia-smi -r -i {gpu}"
+    reboot_command: str = "systemctl reboot"
+    validate_command: str = "ha-ops health check"
+    command_timeout_s: float = 120.0
+
+
+class PoolConfig(_Strict):
+    nodes: list[str]
+    spares: list[str] = Field(default_factory=list)
+
+
+class ControllerConfig(_Strict):
+    id: str = Field(min_length=1, description="This instance's name, unique among the controllers.")
+    listen_address: str = "0.0.0.0"
+    port: int = Field(8800, ge=1, le=65535)
+    peers: list[str] = Field(default_factory=list, description="Other controllers' base URLs (to name the leader).")
+    state_dir: Path = Field(description="Shared storage both controllers see: lease, state, audit log.")
+    lease_ttl_s: float = Field(3.0, gt=0)
+    lease_renew_s: float = Field(1.0, gt=0)
+    lease_margin_s: float = Field(0.5, ge=0)
+    tick_s: float = Field(0.2, gt=0)
+    partition: str = "gpu"
+    pools: dict[str, PoolConfig]
+    safety: Safety = Safety()
+    ladder: Ladder = Ladder()
+    access: NodeAccess = NodeAccess()
+    slurm_timeout_s: float = 10.0
+
+
+def load_controller_config(path: Path) -> ControllerConfig:
+    return load_model(path, ControllerConfig)

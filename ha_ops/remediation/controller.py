@@ -1,0 +1,329 @@
+"""The remediation controller: leader election, the decision loop, the executor, the API and metrics.
+
+Threads: the lease thread renews (or tries to take) the lease every `lease_renew_s`; HTTP threads turn reports
+into decisions under the state lock and persist them before answering; the main loop ticks the policy and runs
+pending intents one by one, each behind the fencing check. State lives on shared storage, so the next leader
+continues where the last one stopped.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from ha_ops.health.report import AgentReport
+from ha_ops.remediation import policy
+from ha_ops.remediation.audit import AuditLog
+from ha_ops.remediation.config import ControllerConfig
+from ha_ops.remediation.executor import Executor
+from ha_ops.remediation.lease import Lease, LeaseLost
+from ha_ops.remediation.model import ControllerState, Intent, NodePhase
+from ha_ops.remediation.store import StateStore
+
+log = logging.getLogger(__name__)
+
+
+class Controller:
+    def __init__(self, config: ControllerConfig, executor: Executor, clock: Callable[[], float] = time.time) -> None:
+        self.config = config
+        self.executor = executor
+        self.clock = clock
+        directory = config.state_dir
+        directory.mkdir(parents=True, exist_ok=True)
+        self.lease = Lease(directory, config.id, config.lease_ttl_s, config.lease_margin_s, clock)
+        self.store = StateStore(directory / "state.json", self.lease)
+        self.audit = AuditLog(directory / "audit.jsonl")
+        self.state: ControllerState | None = None
+        self.token: int | None = None
+        self._lock = threading.RLock()
+        self._stop = threading.Event()
+        self._work = threading.Event()
+        self.registry = CollectorRegistry()
+        self.registry.register(_Metrics(self))
+
+    # --- leadership -----------------------------------------------------------------------------------------
+    @property
+    def is_leader(self) -> bool:
+        return self.token is not None and self.state is not None
+
+    def leader_name(self) -> str:
+        record = self.lease.read()
+        return record.holder if record and record.expires_at > self.clock() else ""
+
+    def lease_step(self) -> None:
+        try:
+            leading = self.lease.acquire_or_renew()
+        except OSError as exc:
+            log.error("lease: shared storage error: %s", exc)
+            leading = False
+        with self._lock:
+            if leading and self.token != self.lease.token:
+                self._become_leader()
+            elif not leading and self.token is not None:
+                log.warning("%s lost the lease; standing by", self.config.id)
+                self.token, self.state = None, None
+
+    def _become_leader(self) -> None:
+        token = self.lease.token
+        assert token is not None
+        state = self.store.load()
+        policy.init_state(state, self.config, self.clock())
+        self.token, self.state = token, state
+        self._save()
+        pending = len(state.pending())
+        log.warning("%s is the leader (token %d); %d pending intent(s) to finish", self.config.id, token, pending)
+        self._work.set()
+
+    def _save(self) -> None:
+        assert self.state is not None and self.token is not None
+        head = self.audit.head()
+        self.state.audit_seq, self.state.audit_hash = head.seq, head.hash
+        self.store.save(self.state, self.token)
+
+    # --- inputs ---------------------------------------------------------------------------------------------
+    def _decide(self, decide: Callable[[ControllerState, int], policy.Outcome]) -> dict[str, Any]:
+        with self._lock:
+            if self.state is None or self.token is None:
+                raise LeaseLost("not the leader")
+            outcome = decide(self.state, self.token)
+            for note in outcome.notes:
+                log.info("%s", note)
+            if outcome.ignored:
+                log.info("ignored: %s", outcome.ignored)
+            self._save()
+        if outcome.intents:
+            self._work.set()
+        return {
+            "accepted": not outcome.ignored,
+            "ignored": outcome.ignored,
+            "notes": outcome.notes,
+            "intents": [f"{i.kind} {i.node}" for i in outcome.intents],
+        }
+
+    def handle_report(self, report: AgentReport) -> dict[str, Any]:
+        now = self.clock()
+        return self._decide(lambda state, token: policy.on_report(state, report, self.config, now, token))
+
+    def handle_alerts(self, alerts: list[dict[str, Any]]) -> dict[str, Any]:
+        now = self.clock()
+
+        def decide(state: ControllerState, token: int) -> policy.Outcome:
+            total = policy.Outcome()
+            for alert in alerts:
+                one = policy.on_alert(state, alert, self.config, now, token)
+                total.intents += one.intents
+                total.notes += one.notes + ([f"ignored: {one.ignored}"] if one.ignored else [])
+            return total
+
+        return self._decide(decide)
+
+    def handle_repaired(self, node: str) -> dict[str, Any]:
+        now = self.clock()
+        return self._decide(lambda state, token: policy.repaired(state, node, now, token))
+
+    def reset_breaker(self) -> dict[str, Any]:
+        def decide(state: ControllerState, token: int) -> policy.Outcome:
+            was = state.breaker.reason
+            state.breaker.open, state.breaker.reason, state.breaker.cordons = False, "", []
+            self.audit.append(
+                at=self.clock(),
+                who=self._who(token),
+                what="breaker_reset",
+                node=None,
+                why="reset by an operator",
+                before=was,
+                after="closed",
+            )
+            return policy.Outcome(notes=["circuit breaker closed"])
+
+        return self._decide(decide)
+
+    # --- the loop -------------------------------------------------------------------------------------------
+    def _who(self, token: int) -> str:
+        return f"{self.config.id} (token {token})"
+
+    def _views(self) -> dict[str, policy.NodeView]:
+        assert self.state is not None
+        interesting = any(r.phase == NodePhase.DRAINING or (r.spare and r.in_main) for r in self.state.nodes.values())
+        if not interesting:
+            return {}
+        jobs: dict[str, list[str]] = {}
+        for job in self.executor.slurm.jobs():
+            if job.state in ("RUNNING", "CONFIGURING", "COMPLETING"):
+                for node in job.nodes:
+                    jobs.setdefault(node, []).append(job.id)
+        return {name: policy.NodeView(jobs=tuple(ids)) for name, ids in jobs.items()}
+
+    def tick(self) -> None:
+        if not self.is_leader:
+            return
+        try:
+            views = self._views()
+        except Exception as exc:
+            log.warning("cannot read Slurm's jobs this tick: %s", exc)
+            return
+        with self._lock:
+            if self.state is None or self.token is None:
+                return
+            outcome = policy.on_tick(self.state, views, self.config, self.clock(), self.token)
+            for note in outcome.notes:
+                log.info("%s", note)
+            policy.compact(self.state)
+            self._save()
+        self.run_pending()
+
+    def run_pending(self) -> None:
+        while not self._stop.is_set():
+            with self._lock:
+                if self.state is None or self.token is None:
+                    return
+                pending = self.state.pending()
+                if not pending:
+                    return
+                intent, token = pending[0], self.token
+            self._execute(intent, token)
+
+    def _execute(self, intent: Intent, token: int) -> None:
+        dry = self.config.safety.dry_run
+        self.lease.check(token)  # a frozen or deposed leader stops here
+        before = self.executor.before(intent)
+        try:
+            if dry:
+                status, result = "skipped", "pass" if intent.kind == "validate" else "dry-run: not carried out"
+            else:
+                status, result = "done", self.executor.run(intent)
+        except LeaseLost:
+            raise
+        except Exception as exc:
+            status, result = "failed", str(exc)
+            log.warning("%s %s failed: %s", intent.kind, intent.node, exc)
+        after = self.executor.before(intent) if not dry else before
+        with self._lock:
+            if self.state is None or self.token != token:
+                return
+            stored = next((i for i in self.state.intents if i.id == intent.id), None)
+            if stored is None:
+                return
+            stored.attempts += 1
+            retry = (
+                status == "failed"
+                and intent.kind in ("drain", "resume", "spare_in", "spare_out")
+                and stored.attempts < 5
+            )
+            if not retry:
+                stored.status, stored.result = status, result  # type: ignore[assignment]
+                if intent.id not in self.audit.intents():
+                    what = f"dry-run {intent.kind}" if dry else intent.kind
+                    self.audit.append(
+                        at=self.clock(),
+                        who=self._who(token),
+                        what=what,
+                        node=intent.node,
+                        why=intent.why,
+                        before=before,
+                        after=f"{after}; {result}",
+                        intent=intent.id,
+                    )
+            self._save()
+        log.info("%s %s: %s (%s)", intent.kind, intent.node, status, result)
+
+    def _lease_loop(self) -> None:
+        while not self._stop.is_set():
+            self.lease_step()
+            self._stop.wait(self.config.lease_renew_s if self.is_leader else min(0.5, self.config.lease_renew_s))
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._work.set()
+
+    def run(self) -> None:
+        from ha_ops.remediation.server import serve
+
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(sig, lambda *_: self.stop())
+        server = serve(self, self.config.listen_address, self.config.port)
+        threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
+        lease_thread = threading.Thread(target=self._lease_loop, name="lease", daemon=True)
+        lease_thread.start()
+        log.warning("controller %s listening on %s:%d", self.config.id, self.config.listen_address, self.config.port)
+        try:
+            while not self._stop.is_set():
+                self._work.wait(self.config.tick_s)
+                self._work.clear()
+                try:
+                    self.tick()
+                except LeaseLost as exc:
+                    log.warning("stopped acting: %s", exc)
+                except Exception:
+                    log.exception("tick failed; the controller keeps running")
+        finally:
+            server.shutdown()
+            if self.is_leader:
+                self.lease.release()
+
+    # --- views ----------------------------------------------------------------------------------------------
+    def describe(self) -> dict[str, Any]:
+        with self._lock:
+            state = self.state
+            data: dict[str, Any] = {
+                "id": self.config.id,
+                "leader": self.is_leader,
+                "leader_name": self.leader_name(),
+                "token": self.token,
+            }
+            if state is not None:
+                data["state"] = state.model_dump(mode="json")
+        return data
+
+
+class _Metrics(Collector):
+    def __init__(self, controller: Controller) -> None:
+        self.c = controller
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        c = self.c
+        yield _single("ha_ops_controller_leader", "1 on the leader", {"id": c.config.id}, float(c.is_leader))
+        state = c.state
+        if state is None:
+            return
+        yield _single(
+            "ha_ops_controller_breaker_open",
+            "1 while the circuit breaker is open",
+            {"id": c.config.id},
+            float(state.breaker.open),
+        )
+        phases = GaugeMetricFamily("ha_ops_controller_node_phase", "1 for each node's phase", labels=["node", "phase"])
+        for rec in state.nodes.values():
+            phases.add_metric([rec.name, rec.phase.value], 1.0)
+        yield phases
+        counts = Counter(i.status for i in state.intents)
+        intents = GaugeMetricFamily("ha_ops_controller_intents", "Intents by status", labels=["status"])
+        for status in ("pending", "done", "failed", "skipped"):
+            intents.add_metric([status], float(counts.get(status, 0)))
+        yield intents
+        yield _single(
+            "ha_ops_controller_deferred", "Cordons held back", {"id": c.config.id}, float(len(state.deferred))
+        )
+        replace = GaugeMetricFamily(
+            "ha_ops_controller_needs_replacement", "1 for nodes held for replacement", labels=["node"]
+        )
+        for rec in state.nodes.values():
+            if rec.phase == NodePhase.AWAITING_REPAIR and rec.rung is not None and rec.rung.value == "replace":
+                replace.add_metric([rec.name], 1.0)
+        yield replace
+
+
+def _single(name: str, doc: str, labels: dict[str, str], value: float) -> GaugeMetricFamily:
+    family = GaugeMetricFamily(name, doc, labels=list(labels))
+    family.add_metric(list(labels.values()), value)
+    return family

@@ -1,0 +1,113 @@
+"""Carries out intents through the scheduler and node adapters. Every action is preceded by the fencing check
+and is idempotent: it looks at the real state first, so an intent re-run after a failover does nothing twice."""
+
+from __future__ import annotations
+
+import logging
+from typing import Protocol
+
+from ha_ops.remediation.model import Intent
+from ha_ops.schedulers.slurm import Slurm
+from ha_ops.util.proc import CommandResult
+
+log = logging.getLogger(__name__)
+
+
+class NodeOps(Protocol):
+    def reset_gpu(self, node: str, gpu: int) -> CommandResult: ...
+
+    def reboot(self, node: str) -> CommandResult: ...
+
+    def validate(self, node: str) -> CommandResult: ...
+
+
+class ActionFailed(Exception):
+    """The action ran and did not succeed; the message says why (kept in the intent's result)."""
+
+
+def _tail(result: CommandResult) -> str:
+    text = (result.stderr or result.stdout).strip().splitlines()
+    return text[-1][:200] if text else f"exit {result.returncode}"
+
+
+class Executor:
+    def __init__(self, slurm: Slurm, node_ops: NodeOps, partition: str) -> None:
+        self.slurm = slurm
+        self.node_ops = node_ops
+        self.partition = partition
+
+    def before(self, intent: Intent) -> str:
+        """A short description of the node's state before the action, for the audit log."""
+        try:
+            node = self.slurm.node(intent.node)
+            return f"{node.state}" + (f" ({node.reason})" if node.reason else "")
+        except Exception as exc:
+            return f"unknown ({exc})"
+
+    def run(self, intent: Intent) -> str:
+        """Carry out `intent`; return a result line. Raise ActionFailed (or a transport error) on failure."""
+        handler = getattr(self, f"_{intent.kind}")
+        return handler(intent)
+
+    def _drain(self, intent: Intent) -> str:
+        node = self.slurm.node(intent.node)
+        if node.drained:
+            return f"already drained ({node.reason})"
+        self.slurm.drain(intent.node, intent.why)
+        return "drained"
+
+    def _resume(self, intent: Intent) -> str:
+        node = self.slurm.node(intent.node)
+        if not node.drained:
+            return "already in service"
+        if not node.drained_by_ha_ops:
+            raise ActionFailed(f"drained by someone else ({node.reason}); not resuming")
+        self.slurm.resume(intent.node)
+        return "resumed"
+
+    def _requeue_jobs(self, intent: Intent) -> str:
+        requeued, kept = [], []
+        for job in self.slurm.jobs_on(intent.node):
+            if job.state not in ("RUNNING", "CONFIGURING", "COMPLETING"):
+                continue
+            if self.slurm.job_requeueable(job.id):
+                self.slurm.requeue(job.id)
+                requeued.append(job.id)
+            else:
+                kept.append(job.id)
+        return f"requeued [{', '.join(requeued)}]; not requeueable, left to finish [{', '.join(kept)}]"
+
+    def _spare_in(self, intent: Intent) -> str:
+        nodes = self.slurm.partition_nodes(self.partition)
+        if intent.node in nodes:
+            return f"already in {self.partition}"
+        self.slurm.set_partition_nodes(self.partition, [*nodes, intent.node])
+        return f"added to {self.partition} for {intent.args.get('replaces')}"
+
+    def _spare_out(self, intent: Intent) -> str:
+        nodes = self.slurm.partition_nodes(self.partition)
+        if intent.node not in nodes:
+            return f"already out of {self.partition}"
+        if self.slurm.jobs_on(intent.node):
+            raise ActionFailed("the spare still runs jobs")
+        self.slurm.set_partition_nodes(self.partition, [n for n in nodes if n != intent.node])
+        return f"removed from {self.partition}"
+
+    def _reset_gpu(self, intent: Intent) -> str:
+        done = []
+        for gpu in intent.args.get("gpus") or [0]:
+            result = self.node_ops.reset_gpu(intent.node, int(gpu))
+            if not result.ok:
+                raise ActionFailed(f"GPU{gpu} reset failed: {_tail(result)}")
+            done.append(f"GPU{gpu}")
+        return f"reset {', '.join(done)}"
+
+    def _reboot_node(self, intent: Intent) -> str:
+        result = self.node_ops.reboot(intent.node)
+        if not result.ok:
+            raise ActionFailed(f"reboot failed: {_tail(result)}")
+        return "rebooted"
+
+    def _validate(self, intent: Intent) -> str:
+        result = self.node_ops.validate(intent.node)
+        return "pass" if result.ok else f"fail: {_tail(result)}"

@@ -1,0 +1,116 @@
+"""The controller's persisted state: one record per node, the intents (actions decided, not yet confirmed done),
+the circuit breaker, and the audit head. Versioned; written atomically under the lease (store.py)."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+STATE_VERSION = 1
+
+
+class NodePhase(StrEnum):
+    """Where a node is in remediation. The normal path: healthy -> cordoned -> draining -> drained ->
+    awaiting_repair (a rung of the ladder runs) -> returned (validated, back in service on probation) -> healthy."""
+
+    HEALTHY = "healthy"
+    SUSPECT = "suspect"  # degraded or unknown reports: watched, not touched
+    CORDONED = "cordoned"  # drained in Slurm: no new jobs
+    DRAINING = "draining"  # its jobs are being requeued
+    DRAINED = "drained"  # no jobs left; the repair ladder starts
+    AWAITING_REPAIR = "awaiting_repair"  # a repair step (reset, reboot) runs, or a person must replace it
+    RETURNED = "returned"  # back in service, on probation
+
+    @property
+    def out_of_service(self) -> bool:
+        return self in (NodePhase.CORDONED, NodePhase.DRAINING, NodePhase.DRAINED, NodePhase.AWAITING_REPAIR)
+
+
+class Rung(StrEnum):
+    """The escalation ladder."""
+
+    RESET_GPU = "reset_gpu"
+    REBOOT_NODE = "reboot_node"
+    REPLACE = "replace"
+
+    def next(self) -> Rung:
+        order = list(Rung)
+        return order[min(order.index(self) + 1, len(order) - 1)]
+
+
+class LastReport(BaseModel):
+    state: str
+    action: str
+    reason: str
+    seq: int
+    agent_id: str
+    at: float
+    gpus: list[int] = Field(default_factory=list)  # GPUs with critical findings
+
+
+class NodeRecord(BaseModel):
+    name: str
+    pool: str
+    spare: bool = False
+    in_main: bool = True  # in the main partition (spares start outside it)
+    phase: NodePhase = NodePhase.HEALTHY
+    since: float = 0.0
+    reason: str = ""
+    rung: Rung | None = None
+    rung_started: float = 0.0
+    episode: int = 0  # increases each time the node is taken out of service
+    returns: list[float] = Field(default_factory=list)  # when it was returned to service (flap detection)
+    opt_out: bool = False
+    last_report: LastReport | None = None
+    spare_for: str | None = None  # for a spare in service: the node it stands in for
+
+
+IntentKind = Literal[
+    "drain", "requeue_jobs", "spare_in", "spare_out", "reset_gpu", "reboot_node", "validate", "resume", "alert"
+]
+
+
+class Intent(BaseModel):
+    """An action decided by the policy. Persisted before it runs; marked done after; re-run (idempotently) by the
+    next leader if the previous one died in between."""
+
+    id: str
+    node: str
+    kind: IntentKind
+    why: str
+    args: dict[str, Any] = Field(default_factory=dict)
+    status: Literal["pending", "done", "failed", "skipped"] = "pending"
+    created_at: float = 0.0
+    token: int = 0
+    attempts: int = 0
+    result: str = ""
+
+
+class Breaker(BaseModel):
+    open: bool = False
+    reason: str = ""
+    opened_at: float = 0.0
+    cordons: list[tuple[float, str]] = Field(default_factory=list)  # (when, node) the controller cordoned a node
+
+
+class ControllerState(BaseModel):
+    version: int = STATE_VERSION
+    nodes: dict[str, NodeRecord] = Field(default_factory=dict)
+    intents: list[Intent] = Field(default_factory=list)
+    breaker: Breaker = Field(default_factory=Breaker)
+    next_intent: int = 1
+    audit_seq: int = 0
+    audit_hash: str = "0" * 64
+    deferred: dict[str, str] = Field(default_factory=dict)  # node -> why a cordon was held back (rate, capacity)
+
+    def pending(self) -> list[Intent]:
+        return [i for i in self.intents if i.status == "pending"]
+
+    def node_intents(self, node: str, kind: str | None = None, status: str | None = None) -> list[Intent]:
+        return [
+            i
+            for i in self.intents
+            if i.node == node and (kind is None or i.kind == kind) and (status is None or i.status == status)
+        ]

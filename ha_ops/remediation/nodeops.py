@@ -1,0 +1,43 @@
+"""Repair steps on a node, over SSH with verified host keys: reset a GPU, reboot, validate.
+
+The commands come from the controller's config (`access`), so the same code drives a real node (`nvidia-smi -r`,
+`systemctl reboot`, `ha-ops health check`) and a lab node (the fake GPU reset).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from ha_ops.remediation.config import NodeAccess
+from ha_ops.transport.ssh import SSHTransport
+from ha_ops.util.proc import CommandResult
+
+log = logging.getLogger(__name__)
+
+
+class SshNodeOps:
+    def __init__(self, access: NodeAccess) -> None:
+        self.access = access
+
+    def _run(self, node: str, command: str) -> CommandResult:
+        transport = SSHTransport(
+            node,
+            node,
+            user=self.access.ssh_user,
+            key_file=self.access.ssh_key,
+            known_hosts=self.access.known_hosts,
+            connect_timeout=self.access.connect_timeout_s,
+        )
+        try:
+            return transport.run(["sh", "-c", command], timeout=self.access.command_timeout_s, check=False)
+        finally:
+            transport.close()
+
+    def reset_gpu(self, node: str, gpu: int) -> CommandResult:
+        return self._run(node, self.access.reset_gpu_command.format(gpu=gpu, node=node))
+
+    def reboot(self, node: str) -> CommandResult:
+        return self._run(node, self.access.reboot_command.format(node=node))
+
+    def validate(self, node: str) -> CommandResult:
+        return self._run(node, self.access.validate_command.format(node=node))

@@ -1,0 +1,332 @@
+"""The remediation policy: from reports, alerts and the cluster's state to node phases and intents. No I/O.
+
+Per node (see model.NodePhase):
+- an unhealthy report takes a node in service out (through the safety gate): cordon (Slurm drain), bring in a spare
+  of its pool, requeue its requeueable jobs; degraded or unknown reports only mark it suspect;
+- once its jobs are gone (or the drain timeout passes) the repair ladder starts at the rung the report asks for
+  (reset GPU, reboot node, replace); each step is followed by a validation; a pass returns the node to service,
+  a failure or a timeout climbs one rung; `replace` holds the node out until a person reports it repaired;
+- a node that fails again on probation, or that flapped `max_flaps` times within the flap window, starts higher:
+  a flapping GPU climbs the ladder instead of looping through drain and resume;
+- spares leave the main partition again once the node they stood in for is back and they are idle.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ha_ops.remediation.config import ControllerConfig
+from ha_ops.remediation.model import ControllerState, Intent, IntentKind, LastReport, NodePhase, NodeRecord, Rung
+from ha_ops.remediation.safety import gate_cordon
+
+_RUNG_FOR_ACTION = {
+    "drain": Rung.RESET_GPU,
+    "reset_gpu": Rung.RESET_GPU,
+    "reboot_node": Rung.REBOOT_NODE,
+    "replace": Rung.REPLACE,
+}
+
+
+@dataclass
+class Outcome:
+    """What one decision did: intents added, and notes for the log (and the HTTP answer)."""
+
+    intents: list[Intent] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    ignored: str = ""
+
+
+@dataclass(frozen=True)
+class NodeView:
+    """What Slurm says about a node right now (gathered by the controller before a tick)."""
+
+    state: str = ""
+    jobs: tuple[str, ...] = ()
+
+
+def init_state(state: ControllerState, config: ControllerConfig, now: float) -> None:
+    """Make sure every configured node has a record (new nodes appear; records of removed nodes stay)."""
+    for pool_name, pool in config.pools.items():
+        for name in pool.nodes:
+            if name not in state.nodes:
+                state.nodes[name] = NodeRecord(name=name, pool=pool_name, since=now)
+        for name in pool.spares:
+            if name not in state.nodes:
+                state.nodes[name] = NodeRecord(name=name, pool=pool_name, spare=True, in_main=False, since=now)
+
+
+def _intent(
+    state: ControllerState, rec: NodeRecord, kind: IntentKind, why: str, now: float, token: int, **args: Any
+) -> Intent:
+    intent = Intent(
+        id=f"{state.next_intent:08d}-{rec.name}-{kind}",
+        node=rec.name,
+        kind=kind,
+        why=why,
+        args={"episode": rec.episode, **args},
+        created_at=now,
+        token=token,
+    )
+    state.next_intent += 1
+    state.intents.append(intent)
+    return intent
+
+
+def _set_phase(rec: NodeRecord, phase: NodePhase, now: float, reason: str | None = None) -> None:
+    rec.phase = phase
+    rec.since = now
+    if reason is not None:
+        rec.reason = reason
+
+
+def free_spares(state: ControllerState, pool: str) -> list[NodeRecord]:
+    return [
+        r
+        for r in state.nodes.values()
+        if r.pool == pool and r.spare and not r.in_main and r.spare_for is None and r.phase == NodePhase.HEALTHY
+    ]
+
+
+def recent_returns(rec: NodeRecord, config: ControllerConfig, now: float) -> list[float]:
+    return [t for t in rec.returns if now - t < config.ladder.flap_window_s]
+
+
+def starting_rung(rec: NodeRecord, action: str, config: ControllerConfig, now: float) -> Rung:
+    rung = _RUNG_FOR_ACTION.get(action, Rung.RESET_GPU)
+    flaps = recent_returns(rec, config, now)
+    if len(flaps) >= config.ladder.max_flaps:
+        return Rung.REPLACE
+    on_probation = rec.phase == NodePhase.RETURNED
+    if (flaps or on_probation) and rec.rung is not None:
+        previous_next = rec.rung.next()
+        rung = max(rung, previous_next, key=list(Rung).index)
+    return rung
+
+
+def on_report(state: ControllerState, report: Any, config: ControllerConfig, now: float, token: int) -> Outcome:
+    """Apply one agent report (ha_ops.health.report.AgentReport)."""
+    rec = state.nodes.get(report.node)
+    if rec is None:
+        return Outcome(ignored=f"unknown node {report.node!r}")
+    previous = rec.last_report
+    if previous is not None and previous.agent_id == report.agent_id and report.seq < previous.seq:
+        return Outcome(ignored=f"stale report seq {report.seq} < {previous.seq} from {report.node}")
+    critical_gpus = sorted({f.gpu for f in report.findings if f.severity == "critical" and f.gpu is not None})
+    rec.last_report = LastReport(
+        state=report.state,
+        action=str(report.action),
+        reason=report.reason,
+        seq=report.seq,
+        agent_id=report.agent_id,
+        at=now,
+        gpus=critical_gpus,
+    )
+    if report.state == "unhealthy":
+        return take_out_of_service(state, rec, report.reason, str(report.action), critical_gpus, config, now, token)
+    if rec.phase == NodePhase.HEALTHY and report.state in ("degraded", "unknown"):
+        _set_phase(rec, NodePhase.SUSPECT, now, f"agent reports {report.state}: {report.reason}")
+    elif rec.phase == NodePhase.SUSPECT and report.state == "healthy":
+        _set_phase(rec, NodePhase.HEALTHY, now, "")
+    return Outcome()
+
+
+def on_alert(
+    state: ControllerState, alert: dict[str, Any], config: ControllerConfig, now: float, token: int
+) -> Outcome:
+    """Apply one Alertmanager alert. Only node-health alerts act; an agent or target being down never drains."""
+    labels = alert.get("labels", {})
+    name, node = labels.get("alertname", ""), labels.get("node") or labels.get("instance", "").split(":")[0]
+    if alert.get("status") != "firing":
+        return Outcome(notes=[f"alert {name} resolved"])
+    rec = state.nodes.get(node)
+    if rec is None:
+        return Outcome(ignored=f"alert {name} names no known node ({node!r})")
+    if name == "HaOpsGpuNodeUnhealthy":
+        reason = alert.get("annotations", {}).get("summary", name)
+        return take_out_of_service(state, rec, f"alert: {reason}", "reset_gpu", [], config, now, token)
+    if rec.phase == NodePhase.HEALTHY:
+        _set_phase(rec, NodePhase.SUSPECT, now, f"alert {name}")
+    return Outcome(notes=[f"alert {name} on {node}: watching"])
+
+
+def take_out_of_service(
+    state: ControllerState,
+    rec: NodeRecord,
+    reason: str,
+    action: str,
+    gpus: list[int],
+    config: ControllerConfig,
+    now: float,
+    token: int,
+) -> Outcome:
+    if rec.phase.out_of_service:
+        return Outcome(notes=[f"{rec.name} is already {rec.phase.value}"])
+    spares = free_spares(state, rec.pool) if rec.in_main else []
+    gate = gate_cordon(state, rec, config.safety, now, len(spares))
+    if gate.outcome != "allow":
+        if gate.trips_breaker and not state.breaker.open:
+            state.breaker.open, state.breaker.reason, state.breaker.opened_at = True, gate.why, now
+        if gate.outcome == "defer":
+            state.deferred[rec.name] = gate.why
+        return Outcome(notes=[f"{rec.name} not cordoned: {gate.why}"], ignored=gate.why)
+    state.deferred.pop(rec.name, None)
+    rung = starting_rung(rec, action, config, now)
+    rec.episode += 1
+    rec.rung, rec.rung_started = rung, 0.0
+    _set_phase(rec, NodePhase.CORDONED, now, reason)
+    rec.last_report = rec.last_report.model_copy(update={"gpus": gpus}) if rec.last_report else None
+    state.breaker.cordons.append((now, rec.name))
+    out = Outcome()
+    out.intents.append(_intent(state, rec, "drain", reason, now, token))
+    if rec.spare:
+        rec.spare_for = None  # a failing stand-in stands in for nobody; the tick finds another
+    if spares:
+        _bring_in_spare(state, spares[0], rec, now, token, out)
+    out.intents.append(_intent(state, rec, "requeue_jobs", f"{rec.name} left service: {reason}", now, token))
+    return out
+
+
+def _episode_done(state: ControllerState, rec: NodeRecord, kind: str) -> Intent | None:
+    for intent in reversed(state.intents):
+        if intent.node == rec.name and intent.kind == kind and intent.args.get("episode") == rec.episode:
+            return intent if intent.status in ("done", "skipped", "failed") else None
+    return None
+
+
+def _episode_has(state: ControllerState, rec: NodeRecord, kind: str, **match: Any) -> bool:
+    return any(
+        i.node == rec.name
+        and i.kind == kind
+        and i.args.get("episode") == rec.episode
+        and all(i.args.get(k) == v for k, v in match.items())
+        for i in state.intents
+    )
+
+
+def _start_rung(state: ControllerState, rec: NodeRecord, rung: Rung, now: float, token: int, out: Outcome) -> None:
+    rec.rung, rec.rung_started = rung, now
+    if rung == Rung.REPLACE:
+        _set_phase(rec, NodePhase.AWAITING_REPAIR, now, f"needs replacement: {rec.reason}")
+        out.notes.append(f"{rec.name} needs replacement; it stays out of service until reported repaired")
+        return
+    _set_phase(rec, NodePhase.AWAITING_REPAIR, now)
+    gpus = rec.last_report.gpus if rec.last_report else []
+    if rung == Rung.RESET_GPU:
+        out.intents.append(_intent(state, rec, "reset_gpu", rec.reason, now, token, gpus=gpus or [0], rung=rung.value))
+    else:
+        out.intents.append(_intent(state, rec, "reboot_node", rec.reason, now, token, rung=rung.value))
+    out.intents.append(_intent(state, rec, "validate", f"after {rung.value}", now, token, rung=rung.value))
+
+
+def on_tick(
+    state: ControllerState, views: dict[str, NodeView], config: ControllerConfig, now: float, token: int
+) -> Outcome:
+    out = Outcome()
+    ladder = config.ladder
+    for rec in state.nodes.values():
+        view = views.get(rec.name, NodeView())
+        if rec.phase == NodePhase.CORDONED and _episode_done(state, rec, "drain"):
+            _set_phase(rec, NodePhase.DRAINING, now)
+        jobs_gone = not view.jobs or now - rec.since >= ladder.drain_timeout_s
+        if rec.phase == NodePhase.DRAINING and _episode_done(state, rec, "requeue_jobs") and jobs_gone:
+            _set_phase(rec, NodePhase.DRAINED, now)
+        if rec.phase == NodePhase.DRAINED:
+            _start_rung(state, rec, rec.rung or Rung.RESET_GPU, now, token, out)
+        elif rec.phase == NodePhase.AWAITING_REPAIR and rec.rung not in (None, Rung.REPLACE):
+            _follow_repair(state, rec, config, now, token, out)
+        if rec.phase == NodePhase.AWAITING_REPAIR and _episode_done(state, rec, "resume"):
+            rec.returns = [*recent_returns(rec, config, now), now]
+            _set_phase(rec, NodePhase.RETURNED, now, "")
+        if rec.phase == NodePhase.RETURNED and now - rec.since >= ladder.probation_s:
+            _set_phase(rec, NodePhase.HEALTHY, now, "")
+    _manage_spares(state, views, now, token, out)
+    return out
+
+
+def _current_validation(state: ControllerState, rec: NodeRecord) -> Intent | None:
+    rung = rec.rung.value if rec.rung else None
+    for intent in reversed(state.intents):
+        if (
+            intent.node == rec.name
+            and intent.kind == "validate"
+            and intent.args.get("episode") == rec.episode
+            and intent.args.get("rung") == rung
+        ):
+            return intent
+    return None
+
+
+def _follow_repair(
+    state: ControllerState, rec: NodeRecord, config: ControllerConfig, now: float, token: int, out: Outcome
+) -> None:
+    assert rec.rung is not None
+    validation = _current_validation(state, rec)
+    if validation is not None and validation.status != "pending":
+        if validation.status in ("done", "skipped") and validation.result == "pass":
+            if not _episode_has(state, rec, "resume"):
+                out.intents.append(_intent(state, rec, "resume", f"validated after {rec.rung.value}", now, token))
+            return
+        out.notes.append(f"{rec.name}: {rec.rung.value} did not fix it ({validation.result}); climbing the ladder")
+        _start_rung(state, rec, rec.rung.next(), now, token, out)
+    elif now - rec.rung_started > config.ladder.validate_timeout_s:
+        out.notes.append(f"{rec.name}: {rec.rung.value} did not validate in time; climbing the ladder")
+        _start_rung(state, rec, rec.rung.next(), now, token, out)
+
+
+def _manage_spares(state: ControllerState, views: dict[str, NodeView], now: float, token: int, out: Outcome) -> None:
+    def pending(node: str) -> bool:
+        return any(
+            i.node == node and i.kind in ("spare_in", "spare_out") and i.status == "pending" for i in state.intents
+        )
+
+    for spare in state.nodes.values():
+        if not spare.spare or not spare.in_main or spare.phase.out_of_service or pending(spare.name):
+            continue
+        covered = state.nodes.get(spare.spare_for) if spare.spare_for else None
+        still_needed = covered is not None and covered.phase.out_of_service
+        if not still_needed and not views.get(spare.name, NodeView()).jobs:
+            why = f"{spare.spare_for} is back in service" if spare.spare_for else "no node needs a stand-in"
+            spare.in_main, spare.spare_for = False, None
+            out.intents.append(_intent(state, spare, "spare_out", why, now, token))
+    # A node out of service without a stand-in gets one as soon as a spare is free.
+    for rec in state.nodes.values():
+        if not rec.phase.out_of_service or rec.spare or not rec.in_main:
+            continue
+        if any(s.spare_for == rec.name and s.in_main for s in state.nodes.values()):
+            continue
+        spares = free_spares(state, rec.pool)
+        if spares:
+            _bring_in_spare(state, spares[0], rec, now, token, out)
+
+
+def _bring_in_spare(
+    state: ControllerState, spare: NodeRecord, rec: NodeRecord, now: float, token: int, out: Outcome
+) -> None:
+    spare.in_main, spare.spare_for = True, rec.name
+    out.intents.append(_intent(state, spare, "spare_in", f"stands in for {rec.name}", now, token, replaces=rec.name))
+
+
+def repaired(state: ControllerState, node: str, now: float, token: int) -> Outcome:
+    """A person reports a node repaired (replaced): validate it, then return it to service."""
+    rec = state.nodes.get(node)
+    if rec is None:
+        return Outcome(ignored=f"unknown node {node!r}")
+    if rec.phase != NodePhase.AWAITING_REPAIR:
+        return Outcome(ignored=f"{node} is {rec.phase.value}, not awaiting repair")
+    rec.rung, rec.rung_started, rec.returns = Rung.REBOOT_NODE, now, []
+    out = Outcome(notes=[f"{node} reported repaired; validating"])
+    out.intents.append(_intent(state, rec, "validate", "reported repaired", now, token, rung=Rung.REBOOT_NODE.value))
+    return out
+
+
+def compact(state: ControllerState, keep_finished: int = 200) -> None:
+    """Forget finished intents of finished episodes, keeping the latest few for `controller status`."""
+    active = {r.name: r.episode for r in state.nodes.values() if r.phase not in (NodePhase.HEALTHY, NodePhase.SUSPECT)}
+    finished = [i for i in state.intents if i.status != "pending"]
+    recent = {id(i) for i in finished[-keep_finished:]}
+    state.intents = [
+        i
+        for i in state.intents
+        if i.status == "pending" or id(i) in recent or active.get(i.node) == i.args.get("episode")
+    ]

@@ -1,0 +1,73 @@
+"""The safety gate in front of every cordon: pure functions over the controller's state.
+
+A cordon is refused when the circuit breaker is open or would trip, when it would leave a pool below its minimum
+healthy share, or for an opted-out node; it is deferred (tried again on the next tick) when the rate limit is
+reached. A monitoring glitch that makes every node look broken therefore takes out at most the breaker's limit.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+from ha_ops.remediation.config import Safety
+from ha_ops.remediation.model import ControllerState, NodeRecord
+
+
+@dataclass(frozen=True)
+class GateResult:
+    outcome: Literal["allow", "defer", "refuse"]
+    why: str = ""
+    trips_breaker: bool = False
+
+
+def prune(state: ControllerState, safety: Safety, now: float) -> None:
+    state.breaker.cordons = [(t, n) for t, n in state.breaker.cordons if now - t < safety.breaker_window_s]
+
+
+def pool_size(state: ControllerState, pool: str) -> int:
+    """Nodes meant to be in service in a pool (its spares excluded)."""
+    return sum(1 for r in state.nodes.values() if r.pool == pool and not r.spare)
+
+
+def in_service(state: ControllerState, pool: str) -> int:
+    return sum(1 for r in state.nodes.values() if r.pool == pool and r.in_main and not r.phase.out_of_service)
+
+
+def breaker_limit(state: ControllerState, pool: str, safety: Safety) -> int:
+    by_fraction = max(1, math.floor(safety.breaker_max_fraction * pool_size(state, pool) + 1e-9))
+    return min(safety.breaker_max_nodes, by_fraction)
+
+
+def gate_cordon(state: ControllerState, record: NodeRecord, safety: Safety, now: float, free_spares: int) -> GateResult:
+    if record.opt_out or record.name in safety.opt_out:
+        return GateResult("refuse", f"{record.name} has opted out of remediation")
+    prune(state, safety, now)
+    if state.breaker.open:
+        return GateResult("refuse", f"circuit breaker open: {state.breaker.reason}")
+    limit = breaker_limit(state, record.pool, safety)
+    nodes = {n for _, n in state.breaker.cordons}
+    recent = len(nodes)
+    # A node cordoned again (a flap) is not another node: the ladder, not the breaker, handles it.
+    if record.name not in nodes and recent >= limit:
+        why = (
+            f"{recent} node(s) cordoned within {safety.breaker_window_s:g} s reaches the limit of {limit} "
+            f"(breaker_max_nodes {safety.breaker_max_nodes}, breaker_max_fraction {safety.breaker_max_fraction:g} of "
+            f"pool {record.pool}); not cordoning {record.name}: a fault this widespread may be a monitoring fault"
+        )
+        return GateResult("refuse", why, trips_breaker=True)
+    if record.in_main:
+        size = pool_size(state, record.pool)
+        after = in_service(state, record.pool) - 1 + min(free_spares, 1)
+        minimum = math.ceil(safety.min_healthy_fraction * size - 1e-9)
+        if after < minimum:
+            return GateResult(
+                "refuse",
+                f"cordoning {record.name} would leave {after} of {size} nodes of pool {record.pool} in service, "
+                f"below min_healthy_fraction {safety.min_healthy_fraction:g} ({minimum})",
+            )
+    in_last_minute = sum(1 for t, _ in state.breaker.cordons if now - t < 60)
+    if in_last_minute >= safety.max_cordons_per_minute:
+        return GateResult("defer", f"rate limit: {in_last_minute} cordons in the last minute")
+    return GateResult("allow")
