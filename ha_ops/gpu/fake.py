@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import time
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -168,6 +169,30 @@ class FakeGpus:
             self.emit(GpuEvent(i, "reset", at=time.time(), detail="GPU reset"))
 
 
+def _expected_types() -> dict[str, tuple[type, ...]]:
+    kinds = {"float": (int, float), "int": (int,), "bool": (bool,), "str": (str,), "dict[str, int]": (dict,)}
+    out = {}
+    for f in fields(GpuSample):
+        annotation = str(f.type)
+        if annotation.startswith("Reading[") and f.name in READING_FIELDS:
+            out[f.name] = kinds[annotation.removeprefix("Reading[").removesuffix("]")]
+    return out
+
+
+_TYPES = _expected_types()
+
+
+def _well_typed(name: str, value: Any) -> bool:
+    expected = _TYPES.get(name)
+    if expected is None:
+        return True
+    if isinstance(value, bool) and bool not in expected:
+        return False  # JSON true is not a number
+    if not isinstance(value, expected):
+        return False
+    return not isinstance(value, dict) or all(isinstance(v, int) and not isinstance(v, bool) for v in value.values())
+
+
 class FakeBackend:
     """The reader side, used by the agent: same readings and events as the NVML backend."""
 
@@ -213,6 +238,8 @@ class FakeBackend:
                 values[name] = Unreadable(f"NVML error reading {name} (injected)")
             elif raw == "not_supported":
                 values[name] = NOT_SUPPORTED
+            elif not _well_typed(name, raw):
+                values[name] = Unreadable(f"{name}: {raw!r} has the wrong type")
             else:
                 values[name] = raw
         errors = tuple(f"{k}: {v.error}" for k, v in values.items() if isinstance(v, Unreadable))

@@ -75,6 +75,8 @@ class AgentState:
             return cls()
         try:
             data = json.loads(path.read_text())
+            if not isinstance(data, dict):
+                raise ValueError("not a JSON object")
             return cls(bool(data.get("drained_by_agent")), str(data.get("reason", "")))
         except (OSError, ValueError) as exc:
             log.warning("agent state %s unreadable (%s); starting without it", path, exc)

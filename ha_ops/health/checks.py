@@ -23,10 +23,13 @@ from ha_ops.gpu.types import (
     CLOCK_EVENT_HW_SLOWDOWN,
     CLOCK_EVENT_HW_THERMAL,
     CLOCK_EVENT_SW_THERMAL,
+    RECOVERY_BUS_RESET,
     RECOVERY_DRAIN_AND_RESET,
     RECOVERY_DRAIN_P2P,
     RECOVERY_GPU_RESET,
+    RECOVERY_IMEX_DOMAIN,
     RECOVERY_NODE_REBOOT,
+    RECOVERY_SYSTEM_REBOOT,
     GpuEvent,
     GpuSample,
     Unreadable,
@@ -50,6 +53,9 @@ _RECOVERY = {
     RECOVERY_NODE_REBOOT: (Action.REBOOT_NODE, "the driver asks for a node reboot"),
     RECOVERY_DRAIN_P2P: (Action.DRAIN, "the driver asks to drain peer-to-peer work"),
     RECOVERY_DRAIN_AND_RESET: (Action.RESET_GPU, "the driver asks to drain and reset the GPU"),
+    RECOVERY_IMEX_DOMAIN: (Action.DRAIN, "the driver asks to recover the IMEX domain"),
+    RECOVERY_BUS_RESET: (Action.RESET_GPU, "the driver asks for a bus reset"),
+    RECOVERY_SYSTEM_REBOOT: (Action.REBOOT_NODE, "the driver asks for a system reboot"),
 }
 
 
@@ -140,6 +146,11 @@ def check_sample(sample: GpuSample, previous: GpuSample | None, t: Thresholds) -
     if known(action) and action in _RECOVERY:
         act, why = _RECOVERY[action]  # type: ignore[index]
         out.append(_finding(sample, "recovery_action", Severity.CRITICAL, act, f"recovery action {action}: {why}"))
+    elif known(action) and action:
+        # A value newer than this table: the driver wants something done; watch rather than guess.
+        out.append(
+            _finding(sample, "recovery_action", Severity.WARNING, Action.WATCH, f"unknown recovery action {action}")
+        )
 
     width, width_max = sample.pcie_width_current, sample.pcie_width_max
     if known(width) and known(width_max) and width < width_max:  # type: ignore[operator]
@@ -259,7 +270,7 @@ def check_events(ledger: EventLedger, now: float, t: Thresholds, uuids: dict[int
             out.append(
                 Finding("xid", info.severity, info.action, f"XID {xid}: {info.meaning}", gpu, uuids.get(gpu), xid)
             )
-    app_counts: dict[tuple[int, int], int] = {}
+    app: dict[int, list[int]] = {}
     warned: set[tuple[int, int]] = set()
     for event in ledger.recent:
         xid = _event_xid(event)
@@ -268,7 +279,7 @@ def check_events(ledger: EventLedger, now: float, t: Thresholds, uuids: dict[int
         info = describe(xid)
         age = now - event.at
         if xid in APPLICATION_XIDS and age <= t.app_xid_window_s:
-            app_counts[(event.gpu, xid)] = app_counts.get((event.gpu, xid), 0) + 1
+            app.setdefault(event.gpu, []).append(xid)
         elif info.severity == Severity.WARNING and age <= t.warning_xid_hold_s and (event.gpu, xid) not in warned:
             warned.add((event.gpu, xid))
             out.append(
@@ -282,26 +293,19 @@ def check_events(ledger: EventLedger, now: float, t: Thresholds, uuids: dict[int
                     xid,
                 )
             )
-    for (gpu, xid), count in sorted(app_counts.items()):
-        info = describe(xid)
-        if count >= t.app_xid_repeats:
-            out.append(
-                Finding(
-                    "xid_repeated",
-                    Severity.CRITICAL,
-                    Action.DRAIN,
-                    f"XID {xid} x{count} within {t.app_xid_window_s:g} s: {info.meaning}",
-                    gpu,
-                    uuids.get(gpu),
-                    xid,
-                )
-            )
+    # Application XIDs count together per GPU: one is the job's fault, repeats point at the GPU.
+    for gpu, xids in sorted(app.items()):
+        last, kinds = xids[-1], sorted(set(xids))
+        if len(kinds) == 1:
+            what = f"XID {last} x{len(xids)}"
         else:
-            out.append(
-                Finding(
-                    "xid", Severity.INFO, Action.NONE, f"XID {xid} x{count}: {info.meaning}", gpu, uuids.get(gpu), xid
-                )
-            )
+            what = "application XIDs " + ", ".join(f"{x} x{xids.count(x)}" for x in kinds)
+        if len(xids) >= t.app_xid_repeats:
+            message = f"{what} within {t.app_xid_window_s:g} s: {describe(last).meaning}"
+            out.append(Finding("xid_repeated", Severity.CRITICAL, Action.DRAIN, message, gpu, uuids.get(gpu), last))
+        else:
+            message = f"{what}: {describe(last).meaning}"
+            out.append(Finding("xid", Severity.INFO, Action.NONE, message, gpu, uuids.get(gpu), last))
     return out
 
 

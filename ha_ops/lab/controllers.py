@@ -67,7 +67,7 @@ def render_config(ctx: LabContext, node: str) -> dict:
             "known_hosts": str(known_hosts(ctx)),
             "reset_gpu_command": f"{python} -m ha_ops gpu reset --backend fake --fake-dir {fake} --gpu {{gpu}}",
             "reboot_command": f"{python} -m ha_ops gpu reset --backend fake --fake-dir {fake} --all",
-            "validate_command": f"{python} -m ha_ops health check --config {NODE_DIR / 'agent.yaml'}",
+            "validate_command": f"{python} -m ha_ops health check --json --config {NODE_DIR / 'agent.yaml'}",
             "command_timeout_s": 30.0,
         },
     }

@@ -3,6 +3,7 @@ and is idempotent: it looks at the real state first, so an intent re-run after a
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Protocol
 
@@ -110,4 +111,9 @@ class Executor:
 
     def _validate(self, intent: Intent) -> str:
         result = self.node_ops.validate(intent.node)
-        return "pass" if result.ok else f"fail: {_tail(result)}"
+        if result.ok:
+            return "pass"
+        try:  # `ha-ops health check --json` says why in one field
+            return f"fail: {json.loads(result.stdout)['reason']}"
+        except (ValueError, KeyError, TypeError):
+            return f"fail: {_tail(result)}"

@@ -169,7 +169,7 @@ def take_out_of_service(
             state.breaker.open, state.breaker.reason, state.breaker.opened_at = True, gate.why, now
         if gate.outcome == "defer":
             state.deferred[rec.name] = gate.why
-        return Outcome(notes=[f"{rec.name} not cordoned: {gate.why}"], ignored=gate.why)
+        return Outcome(ignored=f"{rec.name} not cordoned: {gate.why}")
     state.deferred.pop(rec.name, None)
     rung = starting_rung(rec, action, config, now)
     rec.episode += 1

@@ -113,7 +113,13 @@ class Slurm:
         return " Requeue=1 " in f" {out} "
 
     def requeue(self, job_id: str) -> None:
+        """Requeue a job and make it eligible at once.
+
+        Slurm holds a requeued job until its old credential expires (AuthInfo cred_expire, 120 s by default) so that
+        it cannot start again beside a still-running copy; the node it ran on is drained first, so it may start now.
+        """
         self._run(["scontrol", "requeue", job_id])
+        self._run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"])
 
     def partition_nodes(self, partition: str) -> list[str]:
         out = self._run(["scontrol", "show", "partition", "-o", partition]).stdout

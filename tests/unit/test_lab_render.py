@@ -336,7 +336,8 @@ def test_prometheus_scrape_jobs(ctx: LabContext) -> None:
     mon_address = ctx.layout.node(mon.host.name).address
     config = monitoring.render_prometheus(ctx)
     scrape = jobs(config)
-    assert list(scrape) == ["prometheus", "alertmanager", "ha-ops-agent"]
+    assert list(scrape) == ["prometheus", "alertmanager", "ha-ops-agent", "ha-ops-controller"]
+    assert scrape["ha-ops-controller"] == [f"{n.address}:8800" for n in ctx.layout.nodes_with_role("controller")]
     assert scrape["prometheus"] == [f"{mon_address}:{mon.prometheus_port}"]
     assert scrape["alertmanager"] == [f"{mon_address}:{mon.alertmanager_port}"]
     agents = scrape["ha-ops-agent"]
@@ -380,7 +381,7 @@ def test_prepare_writes_the_rendered_files(ctx: LabContext) -> None:
     etc = ctx.paths.etc
     assert yaml.safe_load((etc / "prometheus" / "prometheus.yml").read_text()) == monitoring.render_prometheus(ctx)
     assert yaml.safe_load((etc / "prometheus" / "rules.yml").read_text()) == monitoring.render_rules()
-    assert yaml.safe_load((etc / "alertmanager" / "alertmanager.yml").read_text()) == monitoring.render_alertmanager()
+    assert yaml.safe_load((etc / "alertmanager" / "alertmanager.yml").read_text()) == monitoring.render_alertmanager(ctx)
 
 
 @pytest.mark.skipif(not PROMTOOL.exists(), reason="promtool is not installed")
