@@ -44,3 +44,84 @@ def leftovers(name: str) -> list[str]:
     if Path(root).exists():
         found.append(f"directory {root}")
     return found
+
+
+# --- the remediation controllers in a lab ------------------------------------------------------------------
+
+
+def controller_nodes(lab: Lab) -> list[str]:
+    return [n.name for n in lab.ctx.layout.nodes_with_role("controller")]
+
+
+def controller_url(lab: Lab, node: str) -> str:
+    assert lab.spec.remediation is not None
+    return f"http://{lab.ctx.layout.node(node).address}:{lab.spec.remediation.port}"
+
+
+def leader(lab: Lab) -> str | None:
+    """The controller whose /healthz says it leads (None while nobody does)."""
+    import json
+
+    from ha_ops.lab.http import http_get
+
+    for node in controller_nodes(lab):
+        if not lab.node(node).is_running("controller"):
+            continue
+        try:
+            status, body = http_get(lab.ctx.netns(node), controller_url(lab, node) + "/healthz", timeout=1)
+        except Exception:
+            continue
+        if status == 200 and json.loads(body)["leader"]:
+            return node
+    return None
+
+
+def call_controller(lab: Lab, node: str, path: str, body: bytes | None = None) -> tuple[int, dict]:
+    import json
+
+    from ha_ops.lab.http import http_get, http_post
+
+    url = controller_url(lab, node) + path
+    netns = lab.ctx.netns(node)
+    status, raw = http_post(netns, url, body) if body is not None else http_get(netns, url)
+    try:
+        return status, json.loads(raw)
+    except ValueError:
+        return status, {"raw": raw.decode(errors="replace")}
+
+
+def audit_entries(lab: Lab) -> list[dict]:
+    import json
+
+    from ha_ops.lab.controllers import state_dir
+
+    path = state_dir(lab.ctx) / "audit.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+
+
+def reset_remediation(lab: Lab) -> None:
+    """Tests start from a clean cluster: healthy GPUs, no jobs, spares out, every node in service, and controllers
+    with no history (a fresh state, lease and audit log)."""
+    from ha_ops.lab.controllers import state_dir
+    from ha_ops.schedulers.slurm import Slurm
+    from ha_ops.util.wait import wait_for
+
+    for node in controller_nodes(lab):
+        handle = lab.node(node)
+        handle.thaw("controller")
+        handle.stop("controller", grace=1.0)
+    gpu_nodes = lab.ctx.layout.nodes_with_role("gpu")
+    for node in gpu_nodes:
+        lab.node(node.name).gpus().clear()
+    slurm = Slurm(lab.transport(gpu_nodes[0].name))
+    lab.node(gpu_nodes[0].name).run(["scancel", "--user", "root"], check=False)
+    slurm.set_partition_nodes(lab.spec.schedulers.slurm.partition, [n.name for n in gpu_nodes if not n.spare])
+    for node in gpu_nodes:
+        if slurm.node(node.name).drained:
+            slurm.resume(node.name)
+    for name in ("state.json", "lease.json", "audit.jsonl"):
+        (state_dir(lab.ctx) / name).unlink(missing_ok=True)
+    for node in controller_nodes(lab):
+        lab.node(node).start("controller")
+    wait_for("a controller leads", lambda: leader(lab), timeout=15, interval=0.1)
+    wait_for("every GPU node idle", lambda: not lab.slurm_problems(), timeout=30, interval=0.2)

@@ -51,8 +51,14 @@ def http_poster(urls: list[str], timeout: float) -> Poster:
             try:
                 with urllib.request.urlopen(request, timeout=timeout):
                     pass
+            except urllib.error.HTTPError as exc:  # answered: a standby (503) or a refusal
+                errors.append(f"{url}: HTTP {exc.code}")
+                continue
             except (urllib.error.URLError, OSError) as exc:
+                # No answer (down, or frozen): try it last from now on, so one dead controller costs one timeout.
                 errors.append(f"{url}: {exc}")
+                order.remove(url)
+                order.append(url)
                 continue
             order.remove(url)
             order.insert(0, url)

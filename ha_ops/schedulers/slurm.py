@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from ha_ops.errors import CommandFailed, CommandTimeout, TransportError
 from ha_ops.transport.base import Transport
 from ha_ops.util.proc import CommandResult
+from ha_ops.util.wait import wait_for
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +120,13 @@ class Slurm:
         it cannot start again beside a still-running copy; the node it ran on is drained first, so it may start now.
         """
         self._run(["scontrol", "requeue", job_id])
+        # The requeue completes asynchronously and sets the hold when the job is pending again: release it then.
+        wait_for(f"job {job_id} pending again", lambda: self.job_state(job_id) == "PENDING", timeout=15, interval=0.1)
         self._run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"])
+
+    def job_state(self, job_id: str) -> str:
+        out = self._run(["squeue", "-h", "-j", job_id, "-o", "%T"]).stdout.strip()
+        return out or "GONE"
 
     def partition_nodes(self, partition: str) -> list[str]:
         out = self._run(["scontrol", "show", "partition", "-o", partition]).stdout

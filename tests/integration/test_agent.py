@@ -34,6 +34,14 @@ def metric(text: str, name: str, **labels: str) -> float | None:
     return None
 
 
+@pytest.fixture(scope="module", autouse=True)
+def agents_drain_themselves(lab: Lab) -> Iterator[None]:
+    """These tests are about the agent alone: controllers stopped, agents drain in Slurm themselves."""
+    lab.use_controllers(False)
+    yield
+    lab.use_controllers(True)
+
+
 @pytest.fixture
 def slurm(lab: Lab) -> Slurm:
     return Slurm(lab.transport("gpu1"))

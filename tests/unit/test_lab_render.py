@@ -381,7 +381,9 @@ def test_prepare_writes_the_rendered_files(ctx: LabContext) -> None:
     etc = ctx.paths.etc
     assert yaml.safe_load((etc / "prometheus" / "prometheus.yml").read_text()) == monitoring.render_prometheus(ctx)
     assert yaml.safe_load((etc / "prometheus" / "rules.yml").read_text()) == monitoring.render_rules()
-    assert yaml.safe_load((etc / "alertmanager" / "alertmanager.yml").read_text()) == monitoring.render_alertmanager(ctx)
+    assert yaml.safe_load((etc / "alertmanager" / "alertmanager.yml").read_text()) == monitoring.render_alertmanager(
+        ctx
+    )
 
 
 @pytest.mark.skipif(not PROMTOOL.exists(), reason="promtool is not installed")

@@ -1,0 +1,293 @@
+"""The remediation controller pair in the lab, with the agents reporting to it and the real Slurm."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ha_ops.lab import monitoring
+from ha_ops.lab.cluster import Lab
+from ha_ops.lab.controllers import state_dir
+from ha_ops.lab.http import http_get
+from ha_ops.remediation.store import read_state
+from ha_ops.schedulers.slurm import Slurm
+from ha_ops.util.wait import wait_for
+from tests.labkit import audit_entries, call_controller, controller_nodes, leader, reset_remediation
+
+pytestmark = pytest.mark.lab
+
+JOB = """#!/bin/bash
+# A stateful job: resumes from its checkpoint, writes one atomically after every step.
+d=$1; steps=$2
+step=0; [ -f $d/checkpoint ] && step=$(cat $d/checkpoint)
+echo "$SLURM_JOB_ID $(hostname) ${SLURM_RESTART_COUNT:-0} $step" >> $d/starts
+while [ $step -lt $steps ]; do sleep 0.2; step=$((step+1)); echo $step > $d/ck.tmp && mv $d/ck.tmp $d/checkpoint; done
+echo "$SLURM_JOB_ID $(hostname) $step" >> $d/done
+"""
+
+
+@pytest.fixture(autouse=True)
+def clean(lab: Lab) -> Iterator[None]:
+    reset_remediation(lab)
+    yield
+
+
+@pytest.fixture
+def slurm(lab: Lab) -> Slurm:
+    return Slurm(lab.transport("gpu1"))
+
+
+def phase(lab: Lab, node: str) -> str:
+    return read_state(state_dir(lab.ctx) / "state.json").nodes[node].phase.value
+
+
+def node_entries(lab: Lab, node: str, since: int = 0) -> list[dict]:
+    return [e for e in audit_entries(lab) if e["node"] == node and e["seq"] > since]
+
+
+def kinds(entries: list[dict]) -> Counter:
+    return Counter(e["what"] for e in entries)
+
+
+def audit_verify(lab: Lab) -> subprocess.CompletedProcess:
+    directory = state_dir(lab.ctx)
+    cmd = [sys.executable, "-m", "ha_ops", "audit", "verify", str(directory / "audit.jsonl"),
+           "--state", str(directory / "state.json")]  # fmt: skip
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+
+
+def test_xid79_on_a_node_running_a_job_requeues_it_elsewhere_and_a_spare_enters(lab: Lab, slurm: Slurm) -> None:
+    work = lab.paths.shared / "jobs" / "stateful"
+    work.mkdir(parents=True, exist_ok=True)
+    for f in work.iterdir():
+        f.unlink()
+    script = work / "job.sh"
+    script.write_text(JOB)
+    script.chmod(0o755)
+    job = lab.node("gpu1").run(["sbatch", "--requeue", "--parsable", "-o", "/dev/null", str(script), str(work), "60"])
+    job_id = job.stdout.strip()
+    running = wait_for("job running", lambda: [j for j in slurm.jobs() if j.id == job_id and j.state == "RUNNING"],
+                       timeout=15, interval=0.1)  # fmt: skip
+    node = running[0].nodes[0]
+    wait_for("a few checkpoints", lambda: int((work / "checkpoint").read_text() or 0) >= 5, timeout=15, interval=0.1)
+
+    gpus = lab.node(node).gpus()
+    gpus.fall_off_bus(2)
+    gpus.break_permanently(2)  # no reset or reboot brings this GPU back: the ladder ends at "replace"
+
+    drained = wait_for(f"{node} drained", lambda: (n := slurm.node(node)).drained and n, timeout=5, interval=0.05)
+    assert "GPU2" in drained.reason and "XID 79" in drained.reason
+    wait_for("the spare in the main partition", lambda: "gpu4" in slurm.partition_nodes("gpu"), timeout=10)
+    moved = wait_for(
+        "job running on another node",
+        lambda: [j for j in slurm.jobs() if j.id == job_id and j.state == "RUNNING" and node not in j.nodes],
+        timeout=20,
+        interval=0.1,
+    )
+    assert moved[0].nodes[0] != node
+    wait_for("job done", lambda: (work / "done").exists(), timeout=40, interval=0.2)
+    starts = [line.split() for line in (work / "starts").read_text().splitlines()]
+    assert len(starts) == 2
+    assert starts[0][1] == node and starts[1][1] != node
+    assert starts[1][2] == "1"  # SLURM_RESTART_COUNT: the same job, requeued
+    assert int(starts[1][3]) >= 5  # resumed from its checkpoint, not from step 0
+    assert (work / "done").read_text().split()[2] == "60"
+
+    wait_for(f"{node} held for replacement", lambda: phase(lab, node) == "awaiting_repair", timeout=40, interval=0.2)
+    assert slurm.node(node).drained
+    assert "gpu4" in slurm.partition_nodes("gpu")  # capacity holds while the node is out
+
+    # A person replaces the GPU and says so: validated, returned, and the spare leaves again.
+    gpus.clear()
+    status, answer = call_controller(lab, leader(lab) or "ctl1", f"/v1/nodes/{node}/repaired", b"{}")
+    assert status == 200, answer
+    wait_for(f"{node} back in service", lambda: not slurm.node(node).drained, timeout=20, interval=0.2)
+    wait_for("the spare out again", lambda: "gpu4" not in slurm.partition_nodes("gpu"), timeout=20, interval=0.2)
+
+    mine = kinds(node_entries(lab, node))
+    assert mine["drain"] == 1 and mine["requeue_jobs"] == 1 and mine["resume"] == 1
+    spare = kinds(node_entries(lab, "gpu4"))
+    assert spare == Counter({"spare_in": 1, "spare_out": 1})
+    requeue = next(e for e in node_entries(lab, node) if e["what"] == "requeue_jobs")
+    assert job_id in requeue["after"]
+    assert audit_verify(lab).returncode == 0
+
+
+def test_transient_fault_is_repaired_and_each_action_audited_once(lab: Lab, slurm: Slurm) -> None:
+    lab.node("gpu2").gpus().fall_off_bus(6)
+    wait_for("gpu2 drained", lambda: slurm.node("gpu2").drained, timeout=5, interval=0.05)
+    wait_for("gpu2 returned", lambda: phase(lab, "gpu2") == "returned", timeout=30, interval=0.2)
+    assert not slurm.node("gpu2").drained
+    wait_for("the spare out again", lambda: "gpu4" not in slurm.partition_nodes("gpu"), timeout=20, interval=0.2)
+    assert kinds(node_entries(lab, "gpu2")) == Counter(
+        {"drain": 1, "requeue_jobs": 1, "reboot_node": 1, "validate": 1, "resume": 1}
+    )
+    assert kinds(node_entries(lab, "gpu4")) == Counter({"spare_in": 1, "spare_out": 1})
+
+
+def test_leader_killed_mid_remediation_the_standby_finishes_once(lab: Lab, slurm: Slurm) -> None:
+    first = leader(lab)
+    assert first is not None
+    other = next(n for n in controller_nodes(lab) if n != first)
+    lab.node("gpu3").gpus().fall_off_bus(1)
+    wait_for("the drain audited", lambda: kinds(node_entries(lab, "gpu3"))["drain"] == 1, timeout=5, interval=0.01)
+    lab.node(first).kill("controller")
+    killed_at = time.monotonic()
+    wait_for("the standby leads", lambda: leader(lab) == other, timeout=10, interval=0.1)
+    takeover = time.monotonic() - killed_at
+    assert takeover < 10
+    wait_for("gpu3 returned", lambda: phase(lab, "gpu3") == "returned", timeout=30, interval=0.2)
+    entries = node_entries(lab, "gpu3")
+    assert kinds(entries) == Counter({"drain": 1, "requeue_jobs": 1, "reboot_node": 1, "validate": 1, "resume": 1})
+    assert any(e["who"].startswith(other) for e in entries), "the standby finished the remediation"
+    assert len({e["intent"] for e in audit_entries(lab) if e["intent"]}) == len(
+        [e for e in audit_entries(lab) if e["intent"]]
+    ), "no intent audited twice"
+    lab.node(first).start("controller")
+
+
+def test_frozen_leader_is_replaced_and_acts_on_nothing_when_it_wakes(lab: Lab, slurm: Slurm) -> None:
+    first = leader(lab)
+    assert first is not None
+    other = next(n for n in controller_nodes(lab) if n != first)
+    lab.node(first).freeze("controller")
+    frozen_at = time.monotonic()
+    try:
+        wait_for("the standby leads", lambda: leader(lab) == other, timeout=10, interval=0.1)
+        assert time.monotonic() - frozen_at < 10
+        lab.node("gpu1").gpus().fall_off_bus(0)
+        # An agent whose last report went to the frozen leader spends one report timeout on it first.
+        wait_for("gpu1 drained by the new leader", lambda: slurm.node("gpu1").drained, timeout=10, interval=0.05)
+    finally:
+        lab.node(first).thaw("controller")
+    wait_for("gpu1 returned", lambda: phase(lab, "gpu1") == "returned", timeout=30, interval=0.2)
+    time.sleep(2)  # the woken leader has had time to try
+    assert all(not e["who"].startswith(first) for e in audit_entries(lab)), "the old leader acted"
+    assert "lost the lease" in lab.node(first).logs("controller", 200) or leader(lab) == other
+
+
+def test_monitoring_storm_trips_the_breaker_and_the_rest_stay_in_service(lab: Lab, slurm: Slurm) -> None:
+    for node in ("gpu1", "gpu2", "gpu3", "gpu4"):
+        gpus = lab.node(node).gpus()
+        gpus.fall_off_bus(0)
+        gpus.break_permanently(0)  # the cordoned node stays out, so "the rest stay in service" is visible
+    wait_for("one node drained", lambda: sum(slurm.node(n).drained for n in ("gpu1", "gpu2", "gpu3", "gpu4")) >= 1,
+             timeout=5, interval=0.05)  # fmt: skip
+    ctl = leader(lab)
+    assert ctl is not None
+
+    def breaker() -> dict:
+        return call_controller(lab, ctl, "/v1/state")[1]["state"]["breaker"]
+
+    wait_for("breaker open", lambda: breaker()["open"], timeout=10, interval=0.1)
+    assert "reaches the limit of 1" in breaker()["reason"]
+    time.sleep(3)  # every agent keeps reporting; nothing more may happen
+    drained = [n for n in ("gpu1", "gpu2", "gpu3", "gpu4") if slurm.node(n).drained]
+    assert len(drained) == 1, drained
+    assert [e["node"] for e in audit_entries(lab) if e["what"] == "drain"] == drained
+    _, text = http_get(lab.ctx.netns(ctl), f"http://{lab.ctx.layout.node(ctl).address}:8800/metrics")
+    assert 'ha_ops_controller_breaker_open{id="' + ctl + '"} 1.0' in text.decode()
+    query = monitoring.prometheus_url(lab.ctx) + "/api/v1/alerts"
+
+    def alert_firing() -> bool:
+        _, body = http_get(lab.ctx.netns("mon1"), query)
+        return any(a["labels"]["alertname"] == "HaOpsRemediationBreakerOpen" and a["state"] == "firing"
+                   for a in json.loads(body)["data"]["alerts"])  # fmt: skip
+
+    wait_for("the breaker alert firing in Prometheus", alert_firing, timeout=15, interval=0.5)
+
+
+def test_flapping_gpu_climbs_the_ladder_instead_of_looping(lab: Lab, slurm: Slurm) -> None:
+    gpus = lab.node("gpu1").gpus()
+    rungs = []
+    for round_ in range(3):
+        gpus.double_bit_ecc(4)
+        wait_for(f"round {round_}: drained", lambda: slurm.node("gpu1").drained, timeout=5, interval=0.05)
+        state = read_state(state_dir(lab.ctx) / "state.json").nodes["gpu1"]
+        rungs.append(state.rung.value if state.rung else None)
+        if round_ < 2:
+            wait_for(f"round {round_}: returned", lambda: phase(lab, "gpu1") == "returned", timeout=30, interval=0.2)
+    assert rungs == ["reset_gpu", "reboot_node", "replace"]
+    wait_for("held for replacement", lambda: phase(lab, "gpu1") == "awaiting_repair", timeout=10, interval=0.2)
+    time.sleep(2)
+    assert slurm.node("gpu1").drained
+    assert kinds(node_entries(lab, "gpu1"))["resume"] == 2  # two returns, then no more loops
+
+
+def test_bad_input_gets_400_and_changes_nothing(lab: Lab) -> None:
+    ctl = leader(lab)
+    assert ctl is not None
+    standby = next(n for n in controller_nodes(lab) if n != ctl)
+    path = state_dir(lab.ctx) / "state.json"
+
+    def digest() -> str:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+
+    lab.node(ctl).freeze("controller")  # hold the state still while we compare it
+    lab.node(ctl).thaw("controller")
+    before = digest()
+    for body in (b"{not json", b"[]", json.dumps({"schema": "ha-ops/agent-report", "version": 1}).encode()):
+        status, answer = call_controller(lab, ctl, "/v1/reports", body)
+        assert status == 400, answer
+        assert answer["error"]
+    status, answer = call_controller(lab, ctl, "/v1/reports", json.dumps({"schema": "x"}).encode())
+    assert status == 400 and "schema" in answer["error"]
+    status, answer = call_controller(lab, ctl, "/v1/alerts", json.dumps({"version": "3", "alerts": []}).encode())
+    assert status == 400 and "version" in answer["error"]
+    assert digest() == before
+    report = {
+        "schema": "ha-ops/agent-report", "version": 1, "node": "gpu99", "seq": 1, "agent_id": "x", "sent_at": 1.0,
+        "state": "unhealthy", "action": "reboot_node", "reason": "test",
+    }  # fmt: skip
+    status, answer = call_controller(lab, ctl, "/v1/reports", json.dumps(report).encode())
+    assert status == 200 and "unknown node" in answer["ignored"]
+    status, answer = call_controller(lab, standby, "/v1/reports", json.dumps(report).encode())
+    assert status == 503 and answer["leader"] == ctl
+
+
+def test_kill_9_at_random_points_loses_no_state(lab: Lab, slurm: Slurm) -> None:
+    rng = random.Random(11)
+    lab.node("gpu2").gpus().fall_off_bus(3)
+    for _ in range(5):
+        time.sleep(rng.uniform(0.0, 1.2))
+        current = leader(lab)
+        if current is not None:
+            lab.node(current).kill("controller")
+            lab.node(current).start("controller")
+    wait_for("gpu2 returned", lambda: phase(lab, "gpu2") == "returned", timeout=60, interval=0.2)
+    assert not slurm.node("gpu2").drained
+    state = read_state(state_dir(lab.ctx) / "state.json")
+    assert not state.pending()
+    entries = audit_entries(lab)
+    ids = [e["intent"] for e in entries if e["intent"]]
+    assert len(ids) == len(set(ids)), "an intent was audited twice"
+    assert kinds(node_entries(lab, "gpu2"))["drain"] == 1
+    result = audit_verify(lab)
+    assert result.returncode == 0, result.stderr
+
+
+def test_audit_verify_detects_a_changed_and_a_removed_line(lab: Lab, slurm: Slurm, tmp_path: Path) -> None:
+    lab.node("gpu3").gpus().fall_off_bus(0)
+    wait_for("gpu3 returned", lambda: phase(lab, "gpu3") == "returned", timeout=30, interval=0.2)
+    lines = (state_dir(lab.ctx) / "audit.jsonl").read_text().splitlines()
+    assert len(lines) >= 5
+    changed = tmp_path / "changed.jsonl"
+    entry = json.loads(lines[1])
+    entry["why"] = "nothing happened here"
+    changed.write_text("\n".join([lines[0], json.dumps(entry, sort_keys=True), *lines[2:]]) + "\n")
+    removed = tmp_path / "removed.jsonl"
+    removed.write_text("\n".join([lines[0], *lines[2:]]) + "\n")
+    for path, phrase in ((changed, "line 2: content does not match"), (removed, "line 2: seq 3 follows 1")):
+        result = subprocess.run([sys.executable, "-m", "ha_ops", "audit", "verify", str(path)],
+                                capture_output=True, text=True, timeout=60)  # fmt: skip
+        assert result.returncode == 1
+        assert phrase in result.stderr, result.stderr
