@@ -35,7 +35,11 @@ def render_prometheus(ctx: LabContext) -> dict:
     mon = ctx.spec.monitoring
     address, prom_port, am_port = _mon(ctx)
     interval = prometheus_duration(mon.scrape_interval_s)
-    agents = [f"{n.address}:{mon.agent_port}" for n in ctx.layout.nodes_with_role("gpu")]
+    # One target group per node, labelled with its name: alerts then say which node, not which address.
+    agents = [
+        {"targets": [f"{n.address}:{mon.agent_port}"], "labels": {"node": n.name}}
+        for n in ctx.layout.nodes_with_role("gpu")
+    ]
     controllers = [u.removeprefix("http://") for u in base_urls(ctx)]
     return {
         "global": {
@@ -48,7 +52,7 @@ def render_prometheus(ctx: LabContext) -> dict:
         "scrape_configs": [
             {"job_name": "prometheus", "static_configs": [{"targets": [f"{address}:{prom_port}"]}]},
             {"job_name": "alertmanager", "static_configs": [{"targets": [f"{address}:{am_port}"]}]},
-            {"job_name": "ha-ops-agent", "static_configs": [{"targets": agents}]},
+            {"job_name": "ha-ops-agent", "static_configs": agents},
             *([{"job_name": "ha-ops-controller", "static_configs": [{"targets": controllers}]}] if controllers else []),
         ],
     }

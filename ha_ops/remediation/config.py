@@ -70,6 +70,9 @@ class ControllerConfig(_Strict):
     ladder: Ladder = Ladder()
     access: NodeAccess = NodeAccess()
     slurm_timeout_s: float = 10.0
+    report_fresh_s: float = Field(
+        30.0, gt=0, description="An agent report younger than this outranks an Alertmanager alert about the node."
+    )
 
 
 def load_controller_config(path: Path) -> ControllerConfig:

@@ -99,7 +99,7 @@ def test_prometheus_and_alertmanager_configured_from_the_spec(lab: Lab) -> None:
     assert status == 200
     targets = json.loads(body)["data"]["activeTargets"]
     jobs = {t["labels"]["job"] for t in targets}
-    assert jobs == {"prometheus", "alertmanager", "ha-ops-agent"}
+    assert jobs == {"prometheus", "alertmanager", "ha-ops-agent", "ha-ops-controller"}
     assert len([t for t in targets if t["labels"]["job"] == "ha-ops-agent"]) == 4
     status, _ = http_get(ns, monitoring.alertmanager_url(lab.ctx) + "/api/v2/status")
     assert status == 200
