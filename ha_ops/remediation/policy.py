@@ -166,8 +166,13 @@ def take_out_of_service(
 ) -> Outcome:
     if rec.phase.out_of_service:
         return Outcome(notes=[f"{rec.name} is already {rec.phase.value}"])
-    spares = free_spares(state, rec.pool) if rec.in_main else []
-    gate = gate_cordon(state, rec, config.safety, now, len(spares))
+    spares: list[NodeRecord] = []
+
+    def count_spares() -> int:
+        spares.extend(free_spares(state, rec.pool) if rec.in_main else [])
+        return len(spares)
+
+    gate = gate_cordon(state, rec, config.safety, now, count_spares)
     if gate.outcome != "allow":
         if gate.trips_breaker and not state.breaker.open:
             state.breaker.open, state.breaker.reason, state.breaker.opened_at = True, gate.why, now
@@ -185,6 +190,8 @@ def take_out_of_service(
     out.intents.append(_intent(state, rec, "drain", reason, now, token))
     if rec.spare:
         rec.spare_for = None  # a failing stand-in stands in for nobody; the tick finds another
+    if not spares:
+        count_spares()
     if spares:
         _bring_in_spare(state, spares[0], rec, now, token, out)
     out.intents.append(_intent(state, rec, "requeue_jobs", f"{rec.name} left service: {reason}", now, token))

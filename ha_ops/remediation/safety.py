@@ -8,6 +8,7 @@ reached. A monitoring glitch that makes every node look broken therefore takes o
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -40,7 +41,10 @@ def breaker_limit(state: ControllerState, pool: str, safety: Safety) -> int:
     return min(safety.breaker_max_nodes, by_fraction)
 
 
-def gate_cordon(state: ControllerState, record: NodeRecord, safety: Safety, now: float, free_spares: int) -> GateResult:
+def gate_cordon(
+    state: ControllerState, record: NodeRecord, safety: Safety, now: float, free_spares: Callable[[], int]
+) -> GateResult:
+    """`free_spares` is called only when capacity matters (it scans the pool)."""
     if record.opt_out or record.name in safety.opt_out:
         return GateResult("refuse", f"{record.name} has opted out of remediation")
     prune(state, safety, now)
@@ -59,7 +63,7 @@ def gate_cordon(state: ControllerState, record: NodeRecord, safety: Safety, now:
         return GateResult("refuse", why, trips_breaker=True)
     if record.in_main:
         size = pool_size(state, record.pool)
-        after = in_service(state, record.pool) - 1 + min(free_spares, 1)
+        after = in_service(state, record.pool) - 1 + min(free_spares(), 1)
         minimum = math.ceil(safety.min_healthy_fraction * size - 1e-9)
         if after < minimum:
             return GateResult(
