@@ -77,6 +77,7 @@ class Controller:
         assert token is not None
         state = self.store.load()
         policy.init_state(state, self.config, self.clock())
+        state.leading_since = self.clock()
         self.token, self.state = token, state
         self._save()
         pending = len(state.pending())

@@ -143,9 +143,12 @@ def on_alert(
     if rec is None:
         return Outcome(ignored=f"alert {name} names no known node ({node!r})")
     if name == "HaOpsGpuNodeUnhealthy":
+        # Alerts lag and are retried; they are the fallback for an agent that cannot reach the controller. The
+        # agent's own recent report is the better witness, and a new leader first gives every agent time to report.
+        if now - state.leading_since < config.report_fresh_s:
+            return Outcome(ignored=f"alert {name} on {node}: the leader is new; waiting for the agents' reports")
         fresh = rec.last_report is not None and now - rec.last_report.at < config.report_fresh_s
         if fresh and rec.last_report is not None and rec.last_report.state != "unhealthy":
-            # Alerts lag and are retried: the agent's own recent report is the better witness.
             return Outcome(ignored=f"alert {name} on {node}: the agent reported {rec.last_report.state} just now")
         reason = alert.get("annotations", {}).get("summary", name)
         return take_out_of_service(state, rec, f"alert: {reason}", "reset_gpu", [], config, now, token)
