@@ -10,6 +10,7 @@ DEB_PACKAGES=(
   slurm-wlm slurm-client munge
   openssh-server openssh-client
   prometheus prometheus-alertmanager
+  moosefs-master moosefs-chunkserver moosefs-metalogger moosefs-client moosefs-cli fuse3
   python3-venv
 )
 

@@ -140,3 +140,13 @@ def logs(
 ) -> None:
     """Print the last lines of a lab service's logs."""
     output.result(Lab.from_state(name).node(node).logs(service_name, lines))
+
+
+@app.command("promote-metalogger")
+def promote_metalogger(name: str = NameOpt) -> None:
+    """Storage master lost: fence it, move its address to the metalogger's node, start a master there from the
+    metalogger's metadata. Clients keep their mounts (the storage runbook's recovery step)."""
+    from ha_ops.lab.storage_ops import promote_metalogger as promote
+
+    seconds = promote(Lab.from_state(name))
+    output.result(f"the metalogger's node now runs the MooseFS master ({seconds:.1f} s)")

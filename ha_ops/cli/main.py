@@ -15,6 +15,7 @@ from ha_ops.cli import gpu as gpu_cmd
 from ha_ops.cli import lab as lab_cmd
 from ha_ops.cli import output
 from ha_ops.cli import spec as spec_cmd
+from ha_ops.cli import storage as storage_cmd
 from ha_ops.errors import HaOpsError, SpecError
 
 try:  # typer >= 0.2x vendors click as typer._click; older releases depend on click itself
@@ -36,6 +37,7 @@ app.add_typer(agent_cmd.health_app, name="health")
 app.add_typer(gpu_cmd.app, name="gpu")
 app.add_typer(controller_cmd.controller_app, name="controller")
 app.add_typer(controller_cmd.audit_app, name="audit")
+app.add_typer(storage_cmd.app, name="storage")
 
 
 def _version(value: bool) -> None:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ha_ops.errors import LabError, NotRootError
-from ha_ops.lab import agents, controllers, fabric, monitoring, netns, process, slurm, sshd
+from ha_ops.lab import agents, controllers, fabric, monitoring, netns, process, slurm, sshd, storage
 from ha_ops.lab.context import LabContext, ServiceDef
 from ha_ops.lab.http import http_get
 from ha_ops.lab.paths import NODE_DIR, LabPaths, netns_name
@@ -139,6 +139,7 @@ class Lab:
         monitoring.prepare(ctx)
         agents.prepare(ctx)
         controllers.prepare(ctx)
+        storage.prepare(ctx)
 
         progress(f"creating {len(ctx.switch_names()) + len(ctx.host_names())} nodes")
         for name in ctx.switch_names():
@@ -154,6 +155,9 @@ class Lab:
         self._ensure_services(state, fabric.routing_services(ctx))
 
         progress("starting munged, sshd, Slurm, Prometheus and Alertmanager")
+        if storage.enabled(ctx):
+            progress("starting MooseFS (master, chunkservers, metalogger) and mounting it")
+            self._ensure_storage(state)
         self._ensure_services(state, [slurm.munged_service(ctx)])
         wait_for("munged socket", lambda: slurm.munge_socket(ctx).is_socket(), timeout=10, interval=0.02)
         self._ensure_services(state, sshd.sshd_services(ctx))
@@ -176,6 +180,11 @@ class Lab:
         progress("waiting for Prometheus, Alertmanager, sshd and the agents")
         wait_for("monitoring and sshd ready", lambda: not self.endpoint_problems(),
                  timeout=max(1.0, deadline - time.monotonic()), interval=0.1)  # fmt: skip
+
+    def _ensure_storage(self, state: LabState) -> None:
+        from ha_ops.lab import storage_ops
+
+        storage_ops.ensure(self, state)
 
     def _write_hosts_file(self) -> None:
         lines = ["127.0.0.1\tlocalhost", "::1\tlocalhost ip6-localhost ip6-loopback"]
@@ -236,6 +245,11 @@ class Lab:
             self._save(state)
 
     def _spawn(self, state: LabState, svc: ServiceState) -> int:
+        if svc.service == "mfsmount":
+            # A mount whose client died stays as a dead FUSE mount until it is unmounted.
+            holder = state.nodes[svc.node].holder_pid
+            assert holder is not None
+            LabTransport(svc.node, holder).run(["umount", "-l", str(storage.MOUNT)], check=False, timeout=10)
         if svc.node == "host":
             return process.spawn(svc.argv, Path(svc.log))
         node = state.nodes[svc.node]

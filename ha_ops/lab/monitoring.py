@@ -6,6 +6,8 @@ import yaml
 
 from ha_ops.lab.context import LabContext, ServiceDef
 from ha_ops.lab.controllers import base_urls
+from ha_ops.lab.storage import EXPORTER_PORT
+from ha_ops.lab.storage import enabled as storage_enabled
 
 
 def _mon(ctx: LabContext) -> tuple[str, int, int]:
@@ -54,6 +56,11 @@ def render_prometheus(ctx: LabContext) -> dict:
             {"job_name": "alertmanager", "static_configs": [{"targets": [f"{address}:{am_port}"]}]},
             {"job_name": "ha-ops-agent", "static_configs": agents},
             *([{"job_name": "ha-ops-controller", "static_configs": [{"targets": controllers}]}] if controllers else []),
+            *(
+                [{"job_name": "ha-ops-storage", "static_configs": [{"targets": [f"{address}:{EXPORTER_PORT}"]}]}]
+                if storage_enabled(ctx)
+                else []
+            ),
         ],
     }
 
@@ -77,6 +84,28 @@ def render_rules() -> dict:
                         "for": "0s",
                         "labels": {"severity": "critical"},
                         "annotations": {"summary": "GPU node {{ $labels.node }} is unhealthy"},
+                    },
+                    {
+                        "alert": "HaOpsStorageMasterDown",
+                        "expr": "ha_ops_storage_master_up == 0",
+                        "for": "0s",
+                        "labels": {"severity": "critical"},
+                        "annotations": {"summary": "the MooseFS master does not answer: promote the metalogger"},
+                    },
+                    {
+                        "alert": "HaOpsStorageUnderReplicated",
+                        "expr": "ha_ops_storage_chunks_undergoal > 0 or ha_ops_storage_chunks_endangered > 0 "
+                        "or ha_ops_storage_chunkservers < ha_ops_storage_chunkservers_expected",
+                        "for": "0s",
+                        "labels": {"severity": "warning"},
+                        "annotations": {"summary": "storage runs below its replica count"},
+                    },
+                    {
+                        "alert": "HaOpsStorageMissingChunks",
+                        "expr": "ha_ops_storage_chunks_missing > 0",
+                        "for": "0s",
+                        "labels": {"severity": "critical"},
+                        "annotations": {"summary": "{{ $value }} chunks have no copy left"},
                     },
                     {
                         "alert": "HaOpsRemediationBreakerOpen",

@@ -7,6 +7,7 @@ import os
 import secrets
 from pathlib import Path
 
+from ha_ops.lab import storage
 from ha_ops.lab.context import LabContext, ServiceDef
 
 GPU_DEVICE_DIR = "dev"
@@ -14,6 +15,11 @@ GPU_DEVICE_DIR = "dev"
 
 def munge_key_dir(ctx: LabContext) -> Path:
     return ctx.paths.root / "munge-key"
+
+
+def state_save_location(ctx: LabContext) -> Path:
+    """On MooseFS when the spec has it (each controller mounts it at the same path), else the lab's shared folder."""
+    return storage.slurm_state_dir() if storage.enabled(ctx) else ctx.paths.shared / "slurmctld"
 
 
 def render_slurm_conf(ctx: LabContext) -> str:
@@ -31,7 +37,7 @@ def render_slurm_conf(ctx: LabContext) -> str:
         "SlurmdUser=root",
         "AuthType=auth/munge",
         "CredType=cred/munge",
-        f"StateSaveLocation={ctx.paths.shared / 'slurmctld'}",
+        f"StateSaveLocation={state_save_location(ctx)}",
         # Per-node paths: every node sees its own folder at the same place (no %n for the slurmctld pid file).
         f"SlurmdSpoolDir={node_dir('slurmd')}",
         f"SlurmctldPidFile={node_dir('slurmctld.pid')}",
@@ -88,7 +94,8 @@ def prepare(ctx: LabContext) -> None:
     conf.parent.mkdir(parents=True, exist_ok=True)
     conf.write_text(render_slurm_conf(ctx))
     (conf.parent / "gres.conf").write_text(render_gres_conf(ctx))
-    (ctx.paths.shared / "slurmctld").mkdir(parents=True, exist_ok=True)
+    if not storage.enabled(ctx):
+        (ctx.paths.shared / "slurmctld").mkdir(parents=True, exist_ok=True)
     for node in ctx.layout.nodes:
         base = ctx.node_dir(node.name)
         (base / "log").mkdir(parents=True, exist_ok=True)

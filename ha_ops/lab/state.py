@@ -48,6 +48,7 @@ class LabState(BaseModel):
     phase: Literal["building", "up", "failed"] = "building"
     nodes: dict[str, NodeState] = Field(default_factory=dict)
     services: dict[str, ServiceState] = Field(default_factory=dict)
+    storage_master: str | None = None  # the node running the MooseFS master (changes when the metalogger is promoted)
 
     def save(self, path: Path) -> None:
         write_atomic(path, self.model_dump_json(indent=2), mode=0o600)

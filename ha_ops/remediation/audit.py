@@ -111,13 +111,19 @@ def verify(path: Path, expected_head: AuditHead | None = None) -> list[str]:
             problems.append(f"line {number}: not valid JSON")
             prev_hash, prev_seq = "?", prev_seq + 1
             continue
-        if entry.get("seq") != prev_seq + 1:
-            problems.append(f"line {number}: seq {entry.get('seq')} follows {prev_seq} (an entry is missing or moved)")
+        if not isinstance(entry, dict):
+            problems.append(f"line {number}: not an audit entry (a JSON {type(entry).__name__}, not an object)")
+            prev_hash, prev_seq = "?", prev_seq + 1
+            continue
+        seq = entry.get("seq")
+        if seq != prev_seq + 1:
+            problems.append(f"line {number}: seq {seq} follows {prev_seq} (an entry is missing or moved)")
         if entry.get("prev") != prev_hash and prev_hash != "?":
             problems.append(f"line {number}: does not chain to the previous entry (removed or changed before it)")
         if entry.get("hash") != _digest(entry):
             problems.append(f"line {number}: content does not match its hash (changed)")
-        prev_hash, prev_seq = str(entry.get("hash")), int(entry.get("seq", prev_seq + 1))
+        valid_seq = isinstance(seq, int) and not isinstance(seq, bool)
+        prev_hash, prev_seq = str(entry.get("hash")), seq if valid_seq else prev_seq + 1
     if expected_head is not None and (prev_seq, prev_hash) != (expected_head.seq, expected_head.hash):
         problems.append(
             f"the log ends at seq {prev_seq} but the controller's state records seq {expected_head.seq}: "

@@ -133,6 +133,7 @@ class Controller:
 
     def reset_breaker(self) -> dict[str, Any]:
         def decide(state: ControllerState, token: int) -> policy.Outcome:
+            self.lease.check(token)  # a deposed leader neither closes the breaker nor audits that it did
             was = state.breaker.reason
             state.breaker.open, state.breaker.reason, state.breaker.cordons = False, "", []
             self.audit.append(
@@ -154,7 +155,9 @@ class Controller:
 
     def _views(self) -> dict[str, policy.NodeView]:
         assert self.state is not None
-        interesting = any(r.phase == NodePhase.DRAINING or (r.spare and r.in_main) for r in self.state.nodes.values())
+        # A cordoned node may become draining (and then drained) within this very tick: it needs its jobs too.
+        out = (NodePhase.CORDONED, NodePhase.DRAINING)
+        interesting = any(r.phase in out or (r.spare and r.in_main) for r in self.state.nodes.values())
         if not interesting:
             return {}
         jobs: dict[str, list[str]] = {}

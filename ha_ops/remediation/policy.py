@@ -124,6 +124,7 @@ def on_report(state: ControllerState, report: Any, config: ControllerConfig, now
     )
     if report.state == "unhealthy":
         return take_out_of_service(state, rec, report.reason, str(report.action), critical_gpus, config, now, token)
+    state.deferred.pop(rec.name, None)  # no longer reported unhealthy: nothing left to hold back
     if rec.phase == NodePhase.HEALTHY and report.state in ("degraded", "unknown"):
         _set_phase(rec, NodePhase.SUSPECT, now, f"agent reports {report.state}: {report.reason}")
     elif rec.phase == NodePhase.SUSPECT and report.state == "healthy":
@@ -191,12 +192,18 @@ def take_out_of_service(
     state.breaker.cordons.append((now, rec.name))
     out = Outcome()
     out.intents.append(_intent(state, rec, "drain", reason, now, token))
+    covered: NodeRecord | None = rec
     if rec.spare:
-        rec.spare_for = None  # a failing stand-in stands in for nobody; the tick finds another
-    if not spares:
+        # A failing stand-in stands in for nobody: the node it covered (if still out) gets another spare, and no
+        # spare stands in for a spare (else it stays in service after that node is back, and the node goes uncovered).
+        covered = state.nodes.get(rec.spare_for) if rec.spare_for else None
+        rec.spare_for = None
+        if covered is not None and not covered.phase.out_of_service:
+            covered = None
+    if covered is not None and not spares:
         count_spares()
-    if spares:
-        _bring_in_spare(state, spares[0], rec, now, token, out)
+    if covered is not None and spares:
+        _bring_in_spare(state, spares[0], covered, now, token, out)
     out.intents.append(_intent(state, rec, "requeue_jobs", f"{rec.name} left service: {reason}", now, token))
     return out
 
@@ -238,6 +245,7 @@ def on_tick(
 ) -> Outcome:
     out = Outcome()
     ladder = config.ladder
+    _retry_deferred(state, config, now, token, out)
     for rec in state.nodes.values():
         view = views.get(rec.name, NodeView())
         if rec.phase == NodePhase.CORDONED and _episode_done(state, rec, "drain"):
@@ -256,6 +264,22 @@ def on_tick(
             _set_phase(rec, NodePhase.HEALTHY, now, "")
     _manage_spares(state, views, now, token, out)
     return out
+
+
+def _retry_deferred(state: ControllerState, config: ControllerConfig, now: float, token: int, out: Outcome) -> None:
+    """Cordons held back by the rate limit are tried again (through the gate) while the agent's last word is still
+    "unhealthy". One held back for an alert waits for the alert's next delivery."""
+    for name in list(state.deferred):
+        rec = state.nodes.get(name)
+        if rec is None or rec.phase.out_of_service:
+            state.deferred.pop(name, None)
+            continue
+        last = rec.last_report
+        if last is None or last.state != "unhealthy":
+            continue
+        retried = take_out_of_service(state, rec, last.reason, last.action, list(last.gpus), config, now, token)
+        out.intents += retried.intents
+        out.notes += retried.notes
 
 
 def _current_validation(state: ControllerState, rec: NodeRecord) -> Intent | None:
@@ -338,7 +362,7 @@ def compact(state: ControllerState, keep_finished: int = 200) -> None:
     """Forget finished intents of finished episodes, keeping the latest few for `controller status`."""
     active = {r.name: r.episode for r in state.nodes.values() if r.phase not in (NodePhase.HEALTHY, NodePhase.SUSPECT)}
     finished = [i for i in state.intents if i.status != "pending"]
-    recent = {id(i) for i in finished[-keep_finished:]}
+    recent = {id(i) for i in finished[max(0, len(finished) - keep_finished) :]}  # [-0:] would keep them all
     state.intents = [
         i
         for i in state.intents

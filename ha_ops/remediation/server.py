@@ -71,7 +71,10 @@ def make_handler(controller: Controller) -> type[BaseHTTPRequestHandler]:
             self.wfile.write(data)
 
         def _body(self) -> Any:
-            length = int(self.headers.get("Content-Length") or 0)
+            try:
+                length = int(self.headers.get("Content-Length") or 0)
+            except ValueError:
+                raise BadRequest(f"Content-Length {self.headers.get('Content-Length')!r} is not a number") from None
             if length <= 0 or length > MAX_BODY:
                 raise BadRequest(f"a JSON body of 1 byte to {MAX_BODY} bytes is required (got {length})")
             try:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from ha_ops.errors import HaOpsError
 from ha_ops.remediation.lease import Lease
 from ha_ops.remediation.model import STATE_VERSION, ControllerState
@@ -28,11 +30,16 @@ class StateStore:
         except (OSError, ValueError) as exc:
             # Writes are atomic renames, so this is damage from outside: refuse rather than forget what was done.
             raise StateError(f"controller state {self.path} is unreadable ({exc}); restore it or move it away") from exc
+        if not isinstance(data, dict):
+            raise StateError(f"controller state {self.path} is not a JSON object; restore it or move it away")
         if data.get("version") != STATE_VERSION:
             raise StateError(
                 f"controller state {self.path} has version {data.get('version')}, expected {STATE_VERSION}"
             )
-        return ControllerState.model_validate(data)
+        try:
+            return ControllerState.model_validate(data)
+        except ValidationError as exc:
+            raise StateError(f"controller state {self.path} is invalid ({exc.error_count()} error(s): {exc})") from exc
 
     def save(self, state: ControllerState, token: int) -> None:
         """Write atomically, only while this controller holds the lease with `token` (else LeaseLost)."""

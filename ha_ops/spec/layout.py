@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 SPINE_ASN = 65000
 LEAF_ASN_BASE = 65100
 FIRST_HOST_OFFSET = 10  # .1 is the leaf gateway; .2-.9 stay free for infrastructure
+MFSMASTER_OFFSET = 5  # the MooseFS master's service address in its leaf's subnet
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,8 @@ class Layout:
     links: list[LinkLayout]
     nodes: list[NodeLayout]
     problems: list[str] = field(default_factory=list)
+    # Addresses that move between hosts (e.g. "mfsmaster": the MooseFS master's), from the infrastructure range.
+    service_addresses: dict[str, IPv4Address] = field(default_factory=dict)
 
     def node(self, name: str) -> NodeLayout:
         for node in self.nodes:
@@ -120,8 +123,12 @@ def compute_layout(spec: ClusterSpec) -> Layout:
     mon = spec.monitoring.host
     wanted.append((mon.name, ("monitoring",), mon.domain, mon.address, {}, "monitoring.host"))
     if spec.storage:
+        for role in ("master", "metalogger"):
+            host = getattr(spec.storage, role)
+            if host is not None:
+                wanted.append((host.name, (f"storage_{role}",), host.domain, host.address, {}, f"storage.{role}"))
         for i, host in enumerate(spec.storage.hosts):
-            wanted.append((host.name, ("storage",), host.domain, host.address, {}, f"storage.hosts[{i}]"))
+            wanted.append((host.name, ("chunkserver",), host.domain, host.address, {}, f"storage.hosts[{i}]"))
     for p, pool in enumerate(spec.pools):
         names = pool.node_names()
         first_spare = pool.count - pool.spare_count
@@ -178,7 +185,17 @@ def compute_layout(spec: ClusterSpec) -> Layout:
                     taken[candidate] = name
                     break
         nodes.append(NodeLayout(name, roles, domain, leaf_index, address, **extra))
-    return Layout(spines, leaves, links, nodes, problems)
+    service: dict[str, IPv4Address] = {}
+    if spec.storage is not None and spec.storage.kind == "moosefs" and spec.storage.master and spec.storage.metalogger:
+        master = next(n for n in nodes if n.name == spec.storage.master.name)
+        metalogger = next(n for n in nodes if n.name == spec.storage.metalogger.name)
+        if master.leaf != metalogger.leaf:
+            problems.append(
+                f"storage.metalogger: {metalogger.name} is on leaf{metalogger.leaf} but the master {master.name} on "
+                f"leaf{master.leaf}; they must share a leaf so that the master's address can move to the metalogger"
+            )
+        service["mfsmaster"] = leaves[master.leaf - 1].subnet.network_address + MFSMASTER_OFFSET
+    return Layout(spines, leaves, links, nodes, problems, service)
 
 
 def layout_problems(spec: ClusterSpec) -> list[str]:

@@ -110,11 +110,22 @@ class Network(StrictModel):
 
 
 class Storage(StrictModel):
-    """Shared storage for Slurm state and checkpoints. `shared-dir` is the lab's single directory (no replicas)."""
+    """Shared storage for Slurm state and checkpoints. `shared-dir` is the lab's single directory (no replicas).
+
+    `moosefs`: `hosts` are the chunkservers (each stores up to `chunkserver_capacity_mb`), `master` serves the
+    metadata and `metalogger` keeps a copy of it and becomes the master when the master is lost. Master and
+    metalogger share a leaf, so the master's service address can move between them.
+    """
 
     kind: Literal["shared-dir", "moosefs"]
     replicas: int = Field(default=1, ge=1, le=9)
     hosts: list[Host] = Field(default_factory=list)
+    master: Host | None = None
+    metalogger: Host | None = None
+    chunkserver_capacity_mb: int = Field(default=512, ge=128, le=1_048_576)
+
+    def all_hosts(self) -> list[Host]:
+        return [h for h in (self.master, self.metalogger) if h is not None] + list(self.hosts)
 
 
 class SlurmScheduler(StrictModel):
@@ -182,7 +193,7 @@ class ClusterSpec(StrictModel):
             names += pool.node_names()
         names.append(self.monitoring.host.name)
         if self.storage:
-            names += [h.name for h in self.storage.hosts]
+            names += [h.name for h in self.storage.all_hosts()]
         return names
 
 
@@ -203,6 +214,9 @@ def _rule_problems(spec: ClusterSpec) -> list[str]:
     named_hosts.append(("monitoring.host", spec.monitoring.host))
     if spec.storage:
         named_hosts += [(f"storage.hosts[{i}]", h) for i, h in enumerate(spec.storage.hosts)]
+        named_hosts += [
+            (f"storage.{role}", h) for role in ("master", "metalogger") if (h := getattr(spec.storage, role))
+        ]
     for where, host in named_hosts:
         if host.domain not in domains:
             problems.append(f"{where}.domain: unknown failure domain {host.domain!r}")
@@ -276,12 +290,16 @@ def _rule_problems(spec: ClusterSpec) -> list[str]:
 
     if spec.storage:
         st = spec.storage
-        if st.kind == "shared-dir" and (st.replicas != 1 or st.hosts):
+        if st.kind == "shared-dir" and (st.replicas != 1 or st.all_hosts()):
             problems.append("storage: kind shared-dir has no storage hosts and exactly 1 replica")
-        if st.kind == "moosefs" and st.replicas > len(st.hosts):
-            problems.append(
-                f"storage.replicas: {st.replicas} replicas need >= {st.replicas} storage hosts, got {len(st.hosts)}"
-            )
+        if st.kind == "moosefs":
+            if st.replicas > len(st.hosts):
+                problems.append(
+                    f"storage.replicas: {st.replicas} replicas need >= {st.replicas} storage hosts, got {len(st.hosts)}"
+                )
+            for role in ("master", "metalogger"):
+                if getattr(st, role) is None:
+                    problems.append(f"storage.{role}: kind moosefs needs a {role} host")
 
     if spec.remediation is not None:
         gpu_nodes = {name for pool in spec.pools for name in pool.node_names()}

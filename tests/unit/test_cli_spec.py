@@ -41,7 +41,7 @@ def invalid_spec(tmp_path: Path) -> Path:
     return path
 
 
-@pytest.mark.parametrize(("path", "name", "hosts"), [(LAB, "lab", 7), (PRODUCTION, "prod", 70)])
+@pytest.mark.parametrize(("path", "name", "hosts"), [(LAB, "lab", 7), (PRODUCTION, "prod", 72)])
 def test_validate_valid_spec(path: Path, name: str, hosts: int) -> None:
     result = runner.invoke(app, ["spec", "validate", str(path), "--json"], catch_exceptions=False)
     assert result.exit_code == 0, result.output
@@ -107,7 +107,7 @@ def test_show_json_has_the_layout() -> None:
     assert layout["spines"] == ["spine1", "spine2", "spine3", "spine4"]
     assert [leaf["name"] for leaf in layout["leaves"]] == ["leaf1", "leaf2", "leaf3", "leaf4"]
     hosts = {h["name"]: h for h in layout["hosts"]}
-    assert len(hosts) == 70
+    assert len(hosts) == 72
     assert hosts["ctl1"] == {
         "name": "ctl1",
         "roles": ["controller"],

@@ -112,7 +112,14 @@ def test_production_layout() -> None:
     assert spec.production
     assert layout.problems == []
     roles = Counter(role for node in layout.nodes for role in node.roles)
-    assert roles == {"controller": 2, "monitoring": 1, "storage": 3, "gpu": 64}
+    assert roles == {
+        "controller": 2,
+        "monitoring": 1,
+        "storage_master": 1,
+        "storage_metalogger": 1,
+        "chunkserver": 3,
+        "gpu": 64,
+    }
     assert sum(n.gpus for n in layout.nodes) == 64 * 8
     assert {n.gpu_model for n in layout.nodes_with_role("gpu")} == {"H100-SXM5-80GB"}
     assert len(layout.spines) == 4

@@ -1,0 +1,172 @@
+"""Bringing up, checking and repairing the lab's MooseFS (the I/O beside lab/storage.py's configuration)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ha_ops.errors import LabError
+from ha_ops.lab import netns, process, storage
+from ha_ops.lab.fabric import HOST_IF
+from ha_ops.lab.state import LabState
+from ha_ops.storage.moosefs import MooseFS
+from ha_ops.transport.lab import LabTransport
+from ha_ops.util.wait import wait_for
+
+if TYPE_CHECKING:
+    from ha_ops.lab.cluster import Lab
+
+
+def _transport(state: LabState, node: str) -> LabTransport:
+    holder = state.nodes[node].holder_pid
+    assert holder is not None
+    return LabTransport(node, holder)
+
+
+def current_master(lab: Lab, state: LabState) -> str:
+    return state.storage_master or storage.master_node(lab.ctx)
+
+
+def mfscli(lab: Lab, state: LabState, *sections: str, timeout: float = 10.0) -> str:
+    """Porcelain mfscli output, asked from the node that runs the master."""
+    argv = ["mfscli", "-H", str(storage.master_address(lab.ctx)), "-p", *[f"-S{s}" for s in sections]]
+    return _transport(state, current_master(lab, state)).run(argv, timeout=timeout).stdout
+
+
+def connected_chunkservers(lab: Lab, state: LabState) -> int:
+    out = mfscli(lab, state, "CS")
+    return sum(1 for line in out.splitlines() if line.startswith("chunk servers:"))
+
+
+def ensure(lab: Lab, state: LabState) -> None:
+    ctx = lab.ctx
+    master = current_master(lab, state)
+    address = storage.master_address(ctx)
+    netns.ip("addr", "replace", f"{address}/24", "dev", HOST_IF, netns=ctx.netns(master))
+    size = storage.chunk_tmpfs_size_mb(ctx)
+    for node in storage.chunkservers(ctx):
+        t = _transport(state, node)
+        if not t.run(["mountpoint", "-q", str(storage.CHUNK_DIR)], check=False).ok:
+            t.run(["mount", "-t", "tmpfs", "-o", f"size={size}m", "hao-chunks", str(storage.CHUNK_DIR)])
+    lab._ensure_services(state, [storage.master_service(ctx, master)])
+    wait_for(
+        "MooseFS master accepting clients",
+        lambda: netns.connect_in(ctx.netns(master), (str(address), storage.CLIENT_PORT), timeout=1).close() or True,
+        timeout=20,
+        interval=0.1,
+    )
+    lab._ensure_services(state, storage.chunkserver_services(ctx))
+    if master == storage.master_node(ctx):
+        lab._ensure_services(state, [storage.metalogger_service(ctx)])
+    want = len(storage.chunkservers(ctx))
+    wait_for(
+        f"{want} chunkservers connected", lambda: connected_chunkservers(lab, state) >= want, timeout=30, interval=0.2
+    )
+    lab._ensure_services(state, storage.mount_services(ctx))
+    lab._ensure_services(state, [storage.exporter_service(ctx)])
+    for node in storage.clients(ctx):
+        t = _transport(state, node)
+        wait_for(
+            f"MooseFS mounted on {node}",
+            lambda t=t: (
+                t.run(["stat", "-f", "-c", "%T", str(storage.MOUNT)], check=False).stdout.strip().startswith("fuse")
+            ),
+            timeout=20,
+            interval=0.1,
+        )
+    assert ctx.spec.storage is not None
+    first = _transport(state, storage.clients(ctx)[0])
+    first.run(["mkdir", "-p", str(storage.slurm_state_dir()), str(storage.checkpoint_dir())])
+    first.run(["mfssetgoal", "-r", str(ctx.spec.storage.replicas), str(storage.MOUNT)], timeout=30)
+    first.run(["mfssettrashtime", "-r", "0", str(storage.MOUNT)], timeout=30)
+
+
+# --- checks and fault handles used by tests, chaos activities and runbooks ---------------------------------
+
+
+def client(lab: Lab) -> LabTransport:
+    """A node that mounts the file system (the first controller)."""
+    state = lab.state()
+    return _transport(state, storage.clients(lab.ctx)[0])
+
+
+def moosefs(lab: Lab) -> MooseFS:
+    return MooseFS(client(lab), str(storage.master_address(lab.ctx)))
+
+
+def write_files(lab: Lab, count: int, size_mib: int = 1, folder: str = "testdata") -> dict[str, str]:
+    """Write `count` random files into the file system; returns {path: sha256} to check them later."""
+    target = storage.MOUNT / folder
+    script = (
+        f"mkdir -p {target} && for i in $(seq 1 {count}); do "
+        f"dd if=/dev/urandom of={target}/f$i bs=1M count={size_mib} status=none || exit 1; done && "
+        f"sync && sha256sum {target}/f*"
+    )
+    out = client(lab).run(["sh", "-c", script], timeout=60 + count * size_mib * 0.5).stdout
+    return {path: digest for digest, path in (line.split() for line in out.splitlines())}
+
+
+def unreadable_files(lab: Lab, manifest: dict[str, str], node: str | None = None) -> list[str]:
+    """Files that cannot be read or whose checksum changed (empty: every file readable and intact)."""
+    transport = client(lab) if node is None else _transport(lab.state(), node)
+    result = transport.run(["sha256sum", *manifest], check=False, timeout=60 + len(manifest))
+    seen = {}
+    for line in result.stdout.splitlines():
+        digest, path = line.split()
+        seen[path] = digest
+    return [f"{path}: {'unreadable' if path not in seen else 'checksum differs'}"
+            for path, digest in manifest.items() if seen.get(path) != digest]  # fmt: skip
+
+
+def under_replicated(lab: Lab, paths: list[str]) -> list[str]:
+    """Files with a chunk below the spec's replica count (empty: every chunk at its goal)."""
+    assert lab.ctx.spec.storage is not None
+    goal = lab.ctx.spec.storage.replicas
+    problems = []
+    for path, copies in moosefs(lab).file_copies(paths).items():
+        low = {c: n for c, n in copies.items() if c < goal}
+        if low or not copies:
+            problems.append(f"{path}: {low or 'no chunk information'}")
+    return problems
+
+
+def promote_metalogger(lab: Lab) -> float:
+    """Master loss: fence the old master, move the master's address to the metalogger's node and start a master
+    there from the metalogger's metadata and change logs. Clients keep their mounts. Returns seconds taken."""
+    import time
+
+    start = time.monotonic()
+    ctx = lab.ctx
+    with lab._locked():
+        state = lab.state()
+        old, new = current_master(lab, state), storage.metalogger_node(ctx)
+        if old == new:
+            raise LabError(f"the master already runs on the metalogger's node {new}")
+        address = f"{storage.master_address(ctx)}/24"
+        # Fence: the old master must never serve again (it may be frozen or cut off, not dead).
+        old_master = state.services.pop(f"{old}/mfsmaster", None)
+        if old_master and lab._service_alive(state, old_master):
+            process.terminate(old_master.pid or 0, grace=0.5)
+        netns.ip("addr", "del", address, "dev", HOST_IF, netns=ctx.netns(old), check=False)
+        logger = state.services.pop(f"{new}/metalogger", None)
+        if logger and lab._service_alive(state, logger):
+            process.terminate(logger.pid or 0, grace=2.0)  # it flushes its change logs on the way out
+        netns.ip("addr", "replace", address, "dev", HOST_IF, netns=ctx.netns(new))
+        # Neighbours still hold the old master's MAC for the address: forget it everywhere in the lab.
+        for node in state.nodes.values():
+            netns.ip("neigh", "flush", "to", str(storage.master_address(ctx)), netns=node.netns, check=False)
+        state.storage_master = new
+        lab._save(state)
+        lab._ensure_services(state, [storage.master_service(ctx, new, restore=True)])
+    state = lab.state()
+    wait_for(
+        "the promoted master accepting clients",
+        lambda: (
+            netns.connect_in(ctx.netns(new), (str(storage.master_address(ctx)), storage.CLIENT_PORT), timeout=1).close()
+            or True
+        ),
+        timeout=30,
+        interval=0.1,
+    )
+    want = len(storage.chunkservers(ctx))
+    wait_for(f"{want} chunkservers back", lambda: connected_chunkservers(lab, state) >= want, timeout=30, interval=0.2)
+    return time.monotonic() - start

@@ -1,0 +1,1 @@
+"""Storage adapters: health of the cluster's replicated storage (MooseFS)."""

@@ -1,0 +1,103 @@
+"""Replicated storage in the lab (examples/lab-storage.yaml): lose a storage node, lose no data."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+
+from ha_ops.lab import storage, storage_ops
+from ha_ops.lab.cluster import Lab
+from ha_ops.lab.http import http_get
+from ha_ops.lab.paths import LabPaths
+from ha_ops.spec import load_spec
+from ha_ops.util.wait import wait_for
+from tests.labkit import REPO, leftovers
+
+pytestmark = pytest.mark.lab
+
+NAME = "itstor"
+
+
+@pytest.fixture(scope="module")
+def slab() -> Iterator[Lab]:
+    spec = load_spec(REPO / "examples" / "lab-storage.yaml").model_copy(update={"name": NAME})
+    lab = Lab(spec, LabPaths.for_lab(NAME))
+    lab.down()
+    lab.up()
+    yield lab
+    lab.down()
+    assert leftovers(NAME) == []
+
+
+def test_slurm_state_and_checkpoints_live_on_moosefs_with_the_spec_replicas(slab: Lab) -> None:
+    node = slab.node("ctl2")
+    assert node.run(["stat", "-f", "-c", "%T", str(storage.MOUNT)]).stdout.strip().startswith("fuse")
+    files = node.run(["ls", str(storage.slurm_state_dir())]).stdout.split()
+    assert "node_state" in files or "heartbeat" in files
+    goal = node.run(["mfsgetgoal", str(storage.checkpoint_dir())]).stdout
+    assert goal.strip().endswith(": 2")
+    health = storage_ops.moosefs(slab).health()
+    assert health.master_up and sorted(health.chunkservers) == ["cs1", "cs2", "cs3"] and health.metaloggers == 1
+    # Each chunkserver reports its own small capacity (tmpfs), not the host disk's.
+    assert health.total_bytes == 3 * 512 * 2**20
+
+
+def test_kill_a_chunkserver_every_file_readable_and_back_to_two_copies(slab: Lab) -> None:
+    manifest = storage_ops.write_files(slab, 20, 1, folder="cs-kill")
+    slab.node("cs2").kill("chunkserver")
+    try:
+        assert storage_ops.unreadable_files(slab, manifest) == []
+        wait_for("every chunk at 2 copies again", lambda: not storage_ops.under_replicated(slab, list(manifest)),
+                 timeout=30, interval=0.2)  # fmt: skip
+    finally:
+        slab.node("cs2").start("chunkserver")
+    assert storage_ops.unreadable_files(slab, manifest, node="gpu3") == []
+
+
+def test_cut_a_chunkserver_link_files_stay_readable(slab: Lab) -> None:
+    manifest = storage_ops.write_files(slab, 10, 1, folder="cs-link")
+    slab.node("cs3").link_down()
+    try:
+        assert storage_ops.unreadable_files(slab, manifest) == []
+    finally:
+        slab.node("cs3").link_up()
+    want = len(storage.chunkservers(slab.ctx))
+    wait_for("cs3 reconnected", lambda: len(storage_ops.moosefs(slab).health().chunkservers) == want, timeout=60,
+             interval=0.5)  # fmt: skip
+
+
+def test_storage_metrics_and_alert_rules(slab: Lab) -> None:
+    mon = slab.ctx.layout.node("mon1")
+    _, body = http_get(slab.ctx.netns("mon1"), f"http://{mon.address}:{storage.EXPORTER_PORT}/metrics")
+    text = body.decode()
+    assert "ha_ops_storage_master_up 1.0" in text
+    assert "ha_ops_storage_chunkservers 3.0" in text
+    from ha_ops.lab import monitoring
+
+    _, rules = http_get(slab.ctx.netns("mon1"), monitoring.prometheus_url(slab.ctx) + "/api/v1/rules")
+    names = {r["name"] for g in json.loads(rules)["data"]["groups"] for r in g["rules"]}
+    assert {"HaOpsStorageMasterDown", "HaOpsStorageUnderReplicated", "HaOpsStorageMissingChunks"} <= names
+
+
+def test_kill_the_master_promote_the_metalogger_every_file_back_and_slurm_keeps_its_state(slab: Lab) -> None:
+    manifest = storage_ops.write_files(slab, 20, 1, folder="master-loss")
+    job = slab.node("gpu1").run(["sbatch", "--parsable", "-o", "/dev/null", "--wrap", "sleep 600"]).stdout.strip()
+    wait_for("job known", lambda: job in slab.node("gpu1").run(["squeue", "-h", "-o", "%i"]).stdout, timeout=10)
+    slab.node("mfsm").kill("mfsmaster")
+    seconds = storage_ops.promote_metalogger(slab)
+    assert seconds < 30
+    assert slab.state().storage_master == "mfsml"
+    assert storage_ops.unreadable_files(slab, manifest) == []
+    assert storage_ops.unreadable_files(slab, manifest, node="ctl2") == []  # clients kept their mounts
+    assert job in slab.node("gpu1").run(["squeue", "-h", "-o", "%i"], timeout=30).stdout
+    # Slurm writes its state to the promoted master: a new job is accepted and recorded.
+    new = (
+        slab.node("gpu1").run(["sbatch", "--parsable", "-o", "/dev/null", "--wrap", "true"], timeout=30).stdout.strip()
+    )
+    assert int(new) > int(job)
+    # `up` repairs around the promoted master; it never restarts the fenced one.
+    slab.up()
+    assert "mfsm/mfsmaster" not in slab.state().services
+    assert storage_ops.unreadable_files(slab, manifest) == []
