@@ -310,41 +310,37 @@ class Lab:
                 problems.append(f"{node.name}: {info['state']}")
         return problems
 
-    def endpoint_problems(self, include_controllers: bool = True) -> list[str]:
+    def _http_problem(self, node: str, url: str, what: str) -> str | None:
+        """None if `url` answers 200 from inside `node`'s namespace, else what went wrong."""
+        try:
+            status, _ = http_get(self.ctx.netns(node), url, timeout=2)
+        except Exception as exc:
+            return f"{what}: {exc}"
+        return None if status == 200 else f"{what}: {url} returned {status}"
 
-        problems = []
-        mon_node = self.ctx.spec.monitoring.host.name
-        for name, url in (
-            ("prometheus", monitoring.prometheus_url(self.ctx)),
-            ("alertmanager", monitoring.alertmanager_url(self.ctx)),
-        ):
+    def endpoint_problems(self, include_controllers: bool = True) -> list[str]:
+        """What does not answer yet: Prometheus, Alertmanager, every sshd, agent and (optionally) controller."""
+        ctx = self.ctx
+        mon = ctx.spec.monitoring.host.name
+        checks = [
+            (mon, monitoring.prometheus_url(ctx) + "/-/ready", "prometheus"),
+            (mon, monitoring.alertmanager_url(ctx) + "/-/ready", "alertmanager"),
+        ]
+        if include_controllers:
+            checks += [
+                (n.name, f"{url}/healthz", f"{n.name} controller")
+                for n, url in zip(ctx.layout.nodes_with_role("controller"), controllers.base_urls(ctx), strict=False)
+            ]
+        port = ctx.spec.monitoring.agent_port
+        checks += [
+            (n.name, f"http://{n.address}:{port}/metrics", f"{n.name} agent") for n in ctx.layout.nodes_with_role("gpu")
+        ]
+        problems = [p for node, url, what in checks if (p := self._http_problem(node, url, what))]
+        for node in ctx.layout.nodes:
             try:
-                status, _ = http_get(self.ctx.netns(mon_node), url + "/-/ready", timeout=2)
-                if status != 200:
-                    problems.append(f"{name}: /-/ready returned {status}")
-            except Exception as exc:
-                problems.append(f"{name}: {exc}")
-        for node in self.ctx.layout.nodes:
-            try:
-                netns.connect_in(self.ctx.netns(node.name), (str(node.address), 22), timeout=1).close()
+                netns.connect_in(ctx.netns(node.name), (str(node.address), 22), timeout=1).close()
             except Exception as exc:
                 problems.append(f"{node.name} sshd: {exc}")
-        for url in controllers.base_urls(self.ctx) if include_controllers else []:
-            node = next(n for n in self.ctx.layout.nodes_with_role("controller") if f"//{n.address}:" in url)
-            try:
-                status, _ = http_get(self.ctx.netns(node.name), f"{url}/healthz", timeout=2)
-                if status != 200:
-                    problems.append(f"{node.name} controller: /healthz returned {status}")
-            except Exception as exc:
-                problems.append(f"{node.name} controller: {exc}")
-        port = self.ctx.spec.monitoring.agent_port
-        for node in self.ctx.layout.nodes_with_role("gpu"):
-            try:
-                status, _ = http_get(self.ctx.netns(node.name), f"http://{node.address}:{port}/metrics", timeout=2)
-                if status != 200:
-                    problems.append(f"{node.name} agent: /metrics returned {status}")
-            except Exception as exc:
-                problems.append(f"{node.name} agent: {exc}")
         return problems
 
     def status(self) -> dict:

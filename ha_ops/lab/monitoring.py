@@ -65,69 +65,71 @@ def render_prometheus(ctx: LabContext) -> dict:
     }
 
 
+def _rule(alert: str, expr: str, severity: str, summary: str) -> dict:
+    return {
+        "alert": alert,
+        "expr": expr,
+        "for": "0s",
+        "labels": {"severity": severity},
+        "annotations": {"summary": summary},
+    }
+
+
 def render_rules() -> dict:
     return {
         "groups": [
             {
                 "name": "ha-ops-lab",
                 "rules": [
-                    {
-                        "alert": "HaOpsScrapeTargetDown",
-                        "expr": "up == 0",
-                        "for": "0s",
-                        "labels": {"severity": "critical"},
-                        "annotations": {"summary": "{{ $labels.job }} at {{ $labels.instance }} is down"},
-                    },
-                    {
-                        "alert": "HaOpsGpuNodeUnhealthy",
-                        "expr": 'ha_ops_node_health{state="unhealthy"} == 1',
-                        "for": "0s",
-                        "labels": {"severity": "critical"},
-                        "annotations": {"summary": "GPU node {{ $labels.node }} is unhealthy"},
-                    },
-                    {
-                        "alert": "HaOpsStorageMasterDown",
-                        "expr": "ha_ops_storage_master_up == 0",
-                        "for": "0s",
-                        "labels": {"severity": "critical"},
-                        "annotations": {"summary": "the MooseFS master does not answer: promote the metalogger"},
-                    },
-                    {
-                        "alert": "HaOpsStorageUnderReplicated",
-                        "expr": "ha_ops_storage_chunks_undergoal > 0 or ha_ops_storage_chunks_endangered > 0 "
+                    _rule(
+                        "HaOpsScrapeTargetDown",
+                        "up == 0",
+                        "critical",
+                        "{{ $labels.job }} at {{ $labels.instance }} is down",
+                    ),
+                    _rule(
+                        "HaOpsGpuNodeUnhealthy",
+                        'ha_ops_node_health{state="unhealthy"} == 1',
+                        "critical",
+                        "GPU node {{ $labels.node }} is unhealthy",
+                    ),
+                    _rule(
+                        "HaOpsStorageMasterDown",
+                        "ha_ops_storage_master_up == 0",
+                        "critical",
+                        "the MooseFS master does not answer: promote the metalogger",
+                    ),
+                    _rule(
+                        "HaOpsStorageUnderReplicated",
+                        "ha_ops_storage_chunks_undergoal > 0 or ha_ops_storage_chunks_endangered > 0 "
                         "or ha_ops_storage_chunkservers < ha_ops_storage_chunkservers_expected",
-                        "for": "0s",
-                        "labels": {"severity": "warning"},
-                        "annotations": {"summary": "storage runs below its replica count"},
-                    },
-                    {
-                        "alert": "HaOpsStorageMissingChunks",
-                        "expr": "ha_ops_storage_chunks_missing > 0",
-                        "for": "0s",
-                        "labels": {"severity": "critical"},
-                        "annotations": {"summary": "{{ $value }} chunks have no copy left"},
-                    },
-                    {
-                        "alert": "HaOpsRemediationBreakerOpen",
-                        "expr": "ha_ops_controller_breaker_open == 1",
-                        "for": "0s",
-                        "labels": {"severity": "critical"},
-                        "annotations": {"summary": "remediation stopped: the circuit breaker is open (see its reason)"},
-                    },
-                    {
-                        "alert": "HaOpsNodeNeedsReplacement",
-                        "expr": "ha_ops_controller_needs_replacement == 1",
-                        "for": "0s",
-                        "labels": {"severity": "warning"},
-                        "annotations": {"summary": "{{ $labels.node }} is held out of service for replacement"},
-                    },
-                    {
-                        "alert": "HaOpsGpuNodeDegraded",
-                        "expr": 'ha_ops_node_health{state="degraded"} == 1',
-                        "for": "0s",
-                        "labels": {"severity": "warning"},
-                        "annotations": {"summary": "GPU node {{ $labels.node }} is degraded"},
-                    },
+                        "warning",
+                        "storage runs below its replica count",
+                    ),
+                    _rule(
+                        "HaOpsStorageMissingChunks",
+                        "ha_ops_storage_chunks_missing > 0",
+                        "critical",
+                        "{{ $value }} chunks have no copy left",
+                    ),
+                    _rule(
+                        "HaOpsRemediationBreakerOpen",
+                        "ha_ops_controller_breaker_open == 1",
+                        "critical",
+                        "remediation stopped: the circuit breaker is open (see its reason)",
+                    ),
+                    _rule(
+                        "HaOpsNodeNeedsReplacement",
+                        "ha_ops_controller_needs_replacement == 1",
+                        "warning",
+                        "{{ $labels.node }} is held out of service for replacement",
+                    ),
+                    _rule(
+                        "HaOpsGpuNodeDegraded",
+                        'ha_ops_node_health{state="degraded"} == 1',
+                        "warning",
+                        "GPU node {{ $labels.node }} is degraded",
+                    ),
                 ],
             }
         ]
