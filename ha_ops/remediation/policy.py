@@ -267,15 +267,16 @@ def on_tick(
 
 
 def _retry_deferred(state: ControllerState, config: ControllerConfig, now: float, token: int, out: Outcome) -> None:
-    """Cordons held back by the rate limit are tried again (through the gate) while the agent's last word is still
-    "unhealthy". One held back for an alert waits for the alert's next delivery."""
+    """Cordons held back by the rate limit are tried again (through the gate) while the agent's last word is a fresh
+    "unhealthy" (an old one waits for the agent's next report). One held back for an alert waits for the alert's next
+    delivery."""
     for name in list(state.deferred):
         rec = state.nodes.get(name)
         if rec is None or rec.phase.out_of_service:
             state.deferred.pop(name, None)
             continue
         last = rec.last_report
-        if last is None or last.state != "unhealthy":
+        if last is None or last.state != "unhealthy" or now - last.at >= config.report_fresh_s:
             continue
         retried = take_out_of_service(state, rec, last.reason, last.action, list(last.gpus), config, now, token)
         out.intents += retried.intents

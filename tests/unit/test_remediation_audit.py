@@ -1,0 +1,239 @@
+"""The hash-chained audit log (ha_ops.remediation.audit) and `ha-ops audit verify`: every kind of tampering is
+named by line; a cut-off tail is caught against the head recorded in the controller's state."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from ha_ops.cli.main import main
+from ha_ops.remediation.audit import GENESIS, AuditHead, AuditLog, _digest, verify
+from ha_ops.remediation.model import ControllerState
+
+
+def write_log(path: Path, count: int = 4) -> AuditLog:
+    log = AuditLog(path)
+    for i in range(1, count + 1):
+        log.append(
+            at=100.0 + i,
+            who="ctl1 (token 3)",
+            what="drain" if i % 2 else "resume",
+            node=f"n{i}",
+            why=f"reason {i}",
+            before="IDLE",
+            after="IDLE+DRAIN; drained",
+            intent=f"0000000{i}-n{i}-drain" if i != 2 else None,
+        )
+    return log
+
+
+def lines(path: Path) -> list[str]:
+    return path.read_text().splitlines()
+
+
+def put(path: Path, entries: list[str]) -> None:
+    path.write_text("".join(f"{e}\n" for e in entries))
+
+
+@pytest.fixture
+def log_path(tmp_path: Path) -> Path:
+    path = tmp_path / "audit.jsonl"
+    write_log(path)
+    return path
+
+
+# --- the log ----------------------------------------------------------------------------------------------------
+def test_empty_log(tmp_path: Path) -> None:
+    log = AuditLog(tmp_path / "none" / "audit.jsonl")
+    assert log.head() == AuditHead(0, GENESIS)
+    assert log.intents() == set()
+    head = log.append(at=1.0, who="me", what="breaker_reset", node=None, why="test")
+    assert head.seq == 1 and log.head() == head
+    assert verify(log.path) == []
+
+
+def test_append_chains_and_head_follows(tmp_path: Path) -> None:
+    path = tmp_path / "audit.jsonl"
+    log = write_log(path, 3)
+    entries = [json.loads(line) for line in lines(path)]
+    assert [e["seq"] for e in entries] == [1, 2, 3]
+    assert entries[0]["prev"] == GENESIS
+    assert entries[1]["prev"] == entries[0]["hash"] and entries[2]["prev"] == entries[1]["hash"]
+    assert all(e["hash"] == _digest(e) for e in entries)
+    assert set(entries[0]) == {"seq", "at", "who", "what", "node", "why", "before", "after", "intent", "prev", "hash"}
+    assert log.head() == AuditHead(3, entries[2]["hash"])
+    assert log.intents() == {"00000001-n1-drain", "00000003-n3-drain"}
+    path.write_text(path.read_text() + "\n\n")  # blank lines are not entries
+    assert log.head() == AuditHead(3, entries[2]["hash"])
+    assert verify(path) == []
+
+
+def test_intact_log_verifies(log_path: Path) -> None:
+    assert verify(log_path) == []
+    assert verify(log_path, AuditLog(log_path).head()) == []
+
+
+def test_changed_field(log_path: Path) -> None:
+    entries = lines(log_path)
+    entry = json.loads(entries[1])
+    entry["why"] = "nothing to see here"
+    entries[1] = json.dumps(entry, sort_keys=True)
+    put(log_path, entries)
+    assert verify(log_path) == ["line 2: content does not match its hash (changed)"]
+
+
+def test_changed_field_with_its_hash_recomputed_breaks_the_next_link(log_path: Path) -> None:
+    entries = lines(log_path)
+    entry = json.loads(entries[1])
+    entry["node"] = "n9"
+    entry["hash"] = _digest(entry)
+    entries[1] = json.dumps(entry, sort_keys=True)
+    put(log_path, entries)
+    assert verify(log_path) == ["line 3: does not chain to the previous entry (removed or changed before it)"]
+
+
+def test_removed_middle_line(log_path: Path) -> None:
+    entries = lines(log_path)
+    del entries[1]
+    put(log_path, entries)
+    problems = verify(log_path)
+    assert "line 2: seq 3 follows 1 (an entry is missing or moved)" in problems
+    assert "line 2: does not chain to the previous entry (removed or changed before it)" in problems
+    assert all(p.startswith("line 2:") for p in problems)  # line 3 (seq 4) follows seq 3 correctly
+
+
+def test_swapped_lines(log_path: Path) -> None:
+    entries = lines(log_path)
+    entries[1], entries[2] = entries[2], entries[1]
+    put(log_path, entries)
+    problems = verify(log_path)
+    assert any(p.startswith("line 2: seq 3 follows 1") for p in problems)
+    assert any(p.startswith("line 3: seq 2 follows 3") for p in problems)
+
+
+def test_inserted_forged_line(log_path: Path) -> None:
+    entries = lines(log_path)
+    first = json.loads(entries[0])
+    forged = {
+        "seq": 2, "at": 101.5, "who": "ctl1 (token 3)", "what": "resume", "node": "n7", "why": "forged",
+        "before": None, "after": None, "intent": None, "prev": first["hash"],
+    }  # fmt: skip
+    forged["hash"] = _digest(forged)  # a well-formed entry that chains to line 1
+    entries.insert(1, json.dumps(forged, sort_keys=True))
+    put(log_path, entries)
+    problems = verify(log_path)
+    assert problems
+    assert not any(p.startswith("line 2:") for p in problems)  # the forgery itself looks fine...
+    assert "line 3: seq 2 follows 2 (an entry is missing or moved)" in problems  # ...the next line does not
+    assert "line 3: does not chain to the previous entry (removed or changed before it)" in problems
+
+
+def test_truncated_tail_is_caught_only_against_the_recorded_head(log_path: Path) -> None:
+    head = AuditLog(log_path).head()
+    put(log_path, lines(log_path)[:-1])
+    assert verify(log_path) == []  # a prefix of a valid chain is a valid chain
+    problems = verify(log_path, head)
+    assert len(problems) == 1
+    assert "ends at seq 3" in problems[0] and "records seq 4" in problems[0]
+
+
+def test_invalid_json_line(log_path: Path) -> None:
+    entries = lines(log_path)
+    entries[1] = entries[1][:40]  # torn
+    put(log_path, entries)
+    problems = verify(log_path)
+    assert problems == ["line 2: not valid JSON"]  # line 3 is not blamed for what line 2 lost
+
+
+@pytest.mark.parametrize("junk", ["[1, 2]", "42", "null", '"text"', '{"seq": "x"}', '{"seq": null}'])
+def test_valid_json_that_is_no_entry_is_reported_not_a_crash(log_path: Path, junk: str) -> None:
+    entries = lines(log_path)
+    entries[1] = junk
+    put(log_path, entries)
+    problems = verify(log_path)
+    assert problems and problems[0].startswith("line 2:")
+    if not junk.startswith("{"):
+        assert problems == [problems[0]] and "not an audit entry" in problems[0]
+    assert not any(p.startswith("line 4:") for p in problems)  # seq counting goes on
+
+
+def test_unreadable_file(tmp_path: Path) -> None:
+    assert verify(tmp_path / "missing.jsonl") == [
+        f"{tmp_path / 'missing.jsonl'}: cannot read (No such file or directory)"
+    ]
+
+
+# --- ha-ops audit verify ----------------------------------------------------------------------------------------
+def run_cli(monkeypatch: pytest.MonkeyPatch, *args: str) -> int:
+    monkeypatch.setattr(sys, "argv", ["ha-ops", "audit", "verify", *args])
+    try:
+        main()
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    return 0
+
+
+def state_file(tmp_path: Path, head: AuditHead) -> Path:
+    path = tmp_path / "state.json"
+    path.write_text(ControllerState(audit_seq=head.seq, audit_hash=head.hash).model_dump_json())
+    return path
+
+
+def test_cli_intact(
+    log_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    assert run_cli(monkeypatch, str(log_path)) == 0
+    assert "4 entries, chain intact" in capsys.readouterr().out
+    state = state_file(tmp_path, AuditLog(log_path).head())
+    assert run_cli(monkeypatch, str(log_path), "--state", str(state)) == 0
+    assert "matching the controller's state" in capsys.readouterr().out
+
+
+def test_cli_json(log_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    assert run_cli(monkeypatch, str(log_path), "--json") == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data == {"file": str(log_path), "entries": 4, "intact": True, "problems": []}
+
+
+def test_cli_broken_chain_exits_1(
+    log_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    entries = lines(log_path)
+    del entries[2]
+    put(log_path, entries)
+    assert run_cli(monkeypatch, str(log_path)) == 1
+    assert "line 3: seq 4 follows 2" in capsys.readouterr().err
+    assert run_cli(monkeypatch, str(log_path), "--json") == 1
+    data = json.loads(capsys.readouterr().out)
+    assert data["intact"] is False and data["entries"] == 3 and data["problems"]
+
+
+def test_cli_truncated_tail_against_the_state(
+    log_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    state = state_file(tmp_path, AuditLog(log_path).head())
+    put(log_path, lines(log_path)[:-2])
+    assert run_cli(monkeypatch, str(log_path)) == 0
+    capsys.readouterr()
+    assert run_cli(monkeypatch, str(log_path), "--state", str(state)) == 1
+    assert "records seq 4" in capsys.readouterr().err
+
+
+def test_cli_junk_line_exits_1_not_internal_error(
+    log_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    entries = lines(log_path)
+    entries[0] = "[]"
+    put(log_path, entries)
+    assert run_cli(monkeypatch, str(log_path)) == 1
+    assert "internal error" not in capsys.readouterr().err
+
+
+def test_cli_missing_file_exits_1(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    assert run_cli(monkeypatch, str(tmp_path / "nope.jsonl")) == 1
+    assert "cannot read" in capsys.readouterr().err

@@ -1,0 +1,443 @@
+"""The controller (ha_ops.remediation.controller) driven by hand, without its threads: a stub executor, an injected
+clock, `lease_step()` and `tick()`. Intents run in order, once, each audited once; state survives a failover; a
+deposed leader acts on nothing; dry run changes nothing; metrics."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client import generate_latest
+
+from ha_ops.errors import TransportError
+from ha_ops.health.report import AgentReport, ReportFinding
+from ha_ops.remediation.audit import AuditHead, verify
+from ha_ops.remediation.config import ControllerConfig, Ladder, PoolConfig, Safety
+from ha_ops.remediation.controller import Controller
+from ha_ops.remediation.executor import ActionFailed
+from ha_ops.remediation.lease import LeaseLost
+from ha_ops.remediation.model import Intent, NodePhase
+from ha_ops.remediation.store import read_state
+from ha_ops.schedulers.slurm import SlurmJob
+
+EPISODE = [
+    ("drain", "n1"), ("spare_in", "s1"), ("requeue_jobs", "n1"), ("reset_gpu", "n1"), ("validate", "n1"),
+    ("resume", "n1"), ("spare_out", "s1"),
+]  # fmt: skip
+
+
+class Died(BaseException):
+    """The controller process dies here (not an error it handles)."""
+
+
+class Clock:
+    def __init__(self, now: float = 5000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class StubSlurm:
+    def __init__(self) -> None:
+        self.running: dict[str, list[str]] = {}
+        self.down = False
+
+    def jobs(self) -> list[SlurmJob]:
+        if self.down:
+            raise TransportError("squeue: slurmctld does not answer")
+        return [SlurmJob(j, "RUNNING", (node,)) for node, ids in self.running.items() for j in ids]
+
+
+class StubExecutor:
+    """Duck-types ha_ops.remediation.executor.Executor: records what it is asked to do."""
+
+    def __init__(self) -> None:
+        self.slurm = StubSlurm()
+        self.calls: list[tuple[str, str]] = []
+        self.ids: list[str] = []
+        self.fail: Counter[str] = Counter()  # kind -> how many more times it fails
+        self.validate = "pass"
+        self.die_before: str | None = None
+
+    def before(self, intent: Intent) -> str:
+        if intent.kind == self.die_before:
+            raise Died(intent.id)
+        return "IDLE"
+
+    def run(self, intent: Intent) -> str:
+        self.calls.append((intent.kind, intent.node))
+        self.ids.append(intent.id)
+        if self.fail[intent.kind] > 0:
+            self.fail[intent.kind] -= 1
+            raise ActionFailed("slurm_load_node: Unable to contact slurm controller")
+        return self.validate if intent.kind == "validate" else f"{intent.kind} ok"
+
+
+def make_config(
+    state_dir: Path, me: str = "ctl1", spares: tuple[str, ...] = ("s1",), **limits: Any
+) -> ControllerConfig:
+    values: dict[str, Any] = {"breaker_max_nodes": 5, "breaker_max_fraction": 1.0, "min_healthy_fraction": 0.0}
+    values.update(limits)
+    return ControllerConfig(
+        id=me,
+        state_dir=state_dir,
+        pools={"p": PoolConfig(nodes=["n1", "n2", "n3", "n4"], spares=list(spares))},
+        safety=Safety(**values),
+        ladder=Ladder(validate_timeout_s=5, probation_s=10, drain_timeout_s=30),
+        lease_ttl_s=3.0,
+        lease_margin_s=0.5,
+    )
+
+
+def report(node: str = "n1", seq: int = 1, state: str = "unhealthy") -> AgentReport:
+    findings = [ReportFinding(check="xid", severity="critical", action="reset_gpu", message="XID 79", gpu=1)]
+    return AgentReport(
+        node=node,
+        seq=seq,
+        agent_id="agent",
+        sent_at=0,
+        state=state,
+        action="reset_gpu" if state == "unhealthy" else "none",
+        reason="GPU1 xid: XID 79",
+        findings=findings if state == "unhealthy" else [],
+    )
+
+
+class Rig:
+    def __init__(self, tmp_path: Path, me: str = "ctl1", clock: Clock | None = None, **config: Any) -> None:
+        self.dir = tmp_path / "shared"
+        self.clock = clock or Clock()
+        self.executor = StubExecutor()
+        self.config = make_config(self.dir, me, **config)
+        self.c = Controller(self.config, self.executor, clock=self.clock)  # type: ignore[arg-type]
+
+    def step(self, seconds: float = 0.5, ticks: int = 1) -> None:
+        for _ in range(ticks):
+            self.clock.now += seconds
+            self.c.lease_step()
+            self.c.tick()
+
+    def audit(self) -> list[dict[str, Any]]:
+        path = self.dir / "audit.jsonl"
+        return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+    def files(self) -> dict[str, bytes]:
+        return {p.name: p.read_bytes() for p in sorted(self.dir.iterdir()) if p.name in ("state.json", "audit.jsonl")}
+
+    def state(self) -> Any:
+        return read_state(self.dir / "state.json")
+
+
+@pytest.fixture
+def rig(tmp_path: Path) -> Rig:
+    rig = Rig(tmp_path)
+    rig.c.lease_step()
+    assert rig.c.is_leader and rig.c.token == 1
+    return rig
+
+
+# --- the normal path --------------------------------------------------------------------------------------------
+def test_becoming_leader_persists_every_node(rig: Rig) -> None:
+    state = rig.state()
+    assert set(state.nodes) == {"n1", "n2", "n3", "n4", "s1"}
+    assert state.nodes["s1"].spare and not state.nodes["s1"].in_main
+    assert rig.c.describe()["leader"] and rig.c.describe()["leader_name"] == "ctl1"
+
+
+def test_tick_without_work_does_nothing(rig: Rig) -> None:
+    rig.step(ticks=3)
+    assert rig.executor.calls == [] and rig.audit() == []
+
+
+def test_report_persists_intents_before_anything_runs(rig: Rig) -> None:
+    answer = rig.c.handle_report(report())
+    assert answer == {
+        "accepted": True,
+        "ignored": "",
+        "notes": [],
+        "intents": ["drain n1", "spare_in s1", "requeue_jobs n1"],
+    }
+    assert rig.executor.calls == []
+    state = rig.state()
+    assert [(i.kind, i.node, i.status, i.token) for i in state.intents] == [
+        ("drain", "n1", "pending", 1), ("spare_in", "s1", "pending", 1), ("requeue_jobs", "n1", "pending", 1),
+    ]  # fmt: skip
+    assert state.nodes["n1"].phase == NodePhase.CORDONED
+
+
+def test_an_episode_runs_in_order_once_and_is_audited_once_each(rig: Rig) -> None:
+    rig.c.handle_report(report())
+    rig.step(ticks=6)
+    assert rig.executor.calls == EPISODE
+    state = rig.state()
+    assert state.nodes["n1"].phase == NodePhase.RETURNED
+    assert all(i.status == "done" and i.attempts == 1 for i in state.intents)
+    entries = rig.audit()
+    assert [(e["what"], e["node"]) for e in entries] == EPISODE
+    assert [e["intent"] for e in entries] == rig.executor.ids
+    assert all(e["who"] == "ctl1 (token 1)" for e in entries)
+    assert entries[3]["after"] == "IDLE; reset_gpu ok" and entries[3]["before"] == "IDLE"
+    assert verify(rig.dir / "audit.jsonl", AuditHead(state.audit_seq, state.audit_hash)) == []
+    assert state.audit_seq == len(EPISODE)
+    rig.step(seconds=5, ticks=3)  # probation over
+    assert rig.state().nodes["n1"].phase == NodePhase.HEALTHY
+    assert rig.executor.calls == EPISODE and len(rig.audit()) == len(EPISODE)
+
+
+def test_reset_gpu_gets_the_reported_gpus(rig: Rig) -> None:
+    rig.c.handle_report(report())
+    rig.step(ticks=2)
+    reset = next(i for i in rig.state().intents if i.kind == "reset_gpu")
+    assert reset.args["gpus"] == [1]
+
+
+def test_validation_failure_climbs_to_reboot(rig: Rig) -> None:
+    rig.executor.validate = "fail: XID 79 again"
+    rig.c.handle_report(report())
+    rig.step(ticks=3)
+    assert rig.executor.calls[3:] == [
+        ("reset_gpu", "n1"),
+        ("validate", "n1"),
+        ("reboot_node", "n1"),
+        ("validate", "n1"),
+    ]
+    assert rig.state().nodes["n1"].rung == "reboot_node"
+    rig.step()
+    assert rig.state().nodes["n1"].rung == "replace" and len(rig.executor.calls) == 7
+
+
+def test_jobs_on_the_cordoned_node_hold_the_repair(tmp_path: Path) -> None:
+    rig = Rig(tmp_path, spares=())  # no spare in service, so no other reason to look at Slurm's jobs
+    rig.executor.slurm.running = {"n1": ["42"]}  # a job that cannot be requeued keeps running
+    rig.c.lease_step()
+    rig.c.handle_report(report())
+    rig.step(ticks=3)
+    assert rig.state().nodes["n1"].phase == NodePhase.DRAINING
+    assert ("reset_gpu", "n1") not in rig.executor.calls  # never a GPU reset under a running job
+    rig.executor.slurm.running = {}
+    rig.step(ticks=1)
+    assert ("reset_gpu", "n1") in rig.executor.calls
+
+
+def test_slurm_unreachable_skips_the_tick(rig: Rig) -> None:
+    rig.c.handle_report(report())
+    rig.executor.slurm.down = True
+    rig.step(ticks=2)
+    assert rig.executor.calls == []
+    rig.executor.slurm.down = False
+    rig.step()
+    assert rig.executor.calls == EPISODE[:3]
+
+
+# --- failures and retries ---------------------------------------------------------------------------------------
+def test_failed_drain_is_retried_then_marked_failed(rig: Rig) -> None:
+    rig.executor.fail["drain"] = 99
+    rig.c.handle_report(report())
+    rig.step()
+    drains = [c for c in rig.executor.calls if c[0] == "drain"]
+    assert len(drains) == 5
+    drain = rig.state().node_intents("n1", "drain")[0]
+    assert drain.status == "failed" and drain.attempts == 5 and "Unable to contact" in drain.result
+    audited = [e for e in rig.audit() if e["what"] == "drain"]
+    assert len(audited) == 1 and "Unable to contact" in audited[0]["after"]
+
+
+def test_a_transient_drain_failure_is_retried_until_done(rig: Rig) -> None:
+    rig.executor.fail["drain"] = 2
+    rig.c.handle_report(report())
+    rig.step()
+    drain = rig.state().node_intents("n1", "drain")[0]
+    assert drain.status == "done" and drain.attempts == 3
+    assert rig.executor.calls[:4] == [("drain", "n1")] * 3 + [("spare_in", "s1")]
+    assert [e["what"] for e in rig.audit()].count("drain") == 1
+
+
+def test_a_failed_validation_is_not_retried(rig: Rig) -> None:
+    rig.executor.fail["validate"] = 1
+    rig.c.handle_report(report())
+    rig.step(ticks=2)
+    validate = rig.state().node_intents("n1", "validate")[0]
+    assert validate.status == "failed" and validate.attempts == 1
+    rig.step()
+    assert rig.state().nodes["n1"].rung == "reboot_node"
+
+
+# --- failover ---------------------------------------------------------------------------------------------------
+def test_next_leader_continues_pending_intents_and_skips_done_ones(tmp_path: Path) -> None:
+    clock = Clock()
+    a = Rig(tmp_path, "ctl1", clock)
+    b = Rig(tmp_path, "ctl2", clock)
+    a.c.lease_step()
+    b.c.lease_step()
+    assert a.c.is_leader and not b.c.is_leader
+    a.c.handle_report(report())
+    a.executor.die_before = "requeue_jobs"  # persisted, not yet carried out
+    with pytest.raises(Died):
+        a.c.tick()
+    assert a.executor.calls == EPISODE[:2]
+    clock.now += 3.0  # ctl1 is gone; its lease runs out
+    b.c.lease_step()
+    assert b.c.is_leader and b.c.token == 2
+    assert [i.kind for i in b.c.state.pending()] == ["requeue_jobs"]  # type: ignore[union-attr]
+    b.step(ticks=6)
+    assert b.executor.calls == EPISODE[2:]
+    entries = b.audit()
+    assert [(e["what"], e["node"]) for e in entries] == EPISODE
+    assert len({e["intent"] for e in entries}) == len(EPISODE)
+    assert [e["who"] for e in entries] == ["ctl1 (token 1)"] * 2 + ["ctl2 (token 2)"] * 5
+    assert verify(b.dir / "audit.jsonl") == []
+    # ctl1 comes back: it stands by and does nothing.
+    a.executor.die_before = None
+    a.step(ticks=2)
+    assert not a.c.is_leader and a.executor.calls == EPISODE[:2]
+
+
+def test_an_intent_already_audited_is_not_audited_again(tmp_path: Path) -> None:
+    clock = Clock()
+    a, b = Rig(tmp_path, "ctl1", clock), Rig(tmp_path, "ctl2", clock)
+    a.c.lease_step()
+    a.c.handle_report(report())
+    a.c.tick()  # drain, spare_in, requeue_jobs done and audited
+    entries = a.audit()
+    # ctl1 dies after auditing the last one but before its state said so: the next leader re-runs it.
+    state_path = a.dir / "state.json"
+    data = json.loads(state_path.read_text())
+    data["intents"][-1]["status"] = "pending"
+    state_path.write_text(json.dumps(data))
+    clock.now += 3.0
+    b.c.lease_step()
+    b.c.run_pending()
+    assert b.executor.calls == [("requeue_jobs", "n1")]  # idempotent re-run
+    assert b.audit() == entries  # but written once
+
+
+def test_a_deposed_leader_acts_on_nothing_and_writes_nothing(tmp_path: Path) -> None:
+    clock = Clock()
+    a, b = Rig(tmp_path, "ctl1", clock), Rig(tmp_path, "ctl2", clock)
+    a.c.lease_step()
+    a.c.handle_report(report())
+    before = a.files()
+    clock.now += 3.0  # ctl1 froze; ctl2 takes over, but has not written anything yet
+    b.c.lease_step()
+    assert b.c.is_leader
+    before = a.files()
+    assert a.c.is_leader  # ctl1 does not know yet
+    with pytest.raises(LeaseLost):
+        a.c.run_pending()
+    with pytest.raises(LeaseLost):
+        a.c.tick()
+    with pytest.raises(LeaseLost):
+        a.c.handle_report(report("n2"))
+    with pytest.raises(LeaseLost):
+        a.c.reset_breaker()
+    assert a.executor.calls == []
+    assert a.files() == before
+    a.c.lease_step()
+    assert not a.c.is_leader and a.c.state is None
+    with pytest.raises(LeaseLost, match="not the leader"):
+        a.c.handle_report(report("n2"))
+
+
+def test_a_leader_past_its_margin_stops_before_acting(rig: Rig) -> None:
+    rig.c.handle_report(report())
+    rig.clock.now += 2.6  # 0.4 s of the lease left: under the 0.5 s margin
+    with pytest.raises(LeaseLost, match="margin"):
+        rig.c.run_pending()
+    assert rig.executor.calls == []
+    rig.c.lease_step()  # renewed: it goes on
+    rig.c.run_pending()
+    assert rig.executor.calls == EPISODE[:3]
+
+
+def test_leader_rereads_the_state_after_the_lease_was_lost_and_retaken(tmp_path: Path) -> None:
+    clock = Clock()
+    a, b = Rig(tmp_path, "ctl1", clock), Rig(tmp_path, "ctl2", clock)
+    a.c.lease_step()
+    clock.now += 3.0  # ctl1 froze
+    b.c.lease_step()
+    b.c.handle_report(report("n3"))
+    (tmp_path / "shared" / "lease.json").write_text("{torn")  # damaged: treated as free
+    a.c.lease_step()  # ctl1 wakes up and takes the free lease: a new term, so it must re-read the state
+    assert a.c.is_leader and a.c.token is not None and a.c.token > 2
+    assert a.c.state is not None and a.c.state.nodes["n3"].phase == NodePhase.CORDONED
+    a.c.tick()
+    assert a.state().nodes["n3"].phase == NodePhase.CORDONED  # ctl2's decision was not overwritten
+    assert ("drain", "n3") in a.executor.calls
+
+
+def test_a_restarted_controller_resumes_from_the_shared_state(rig: Rig, tmp_path: Path) -> None:
+    rig.c.handle_report(report())
+    rig.c.lease.release()
+    again = Rig(tmp_path, "ctl1", rig.clock)
+    again.c.lease_step()
+    assert again.c.token == 2
+    again.step(ticks=6)
+    assert again.executor.calls == EPISODE
+
+
+# --- dry run ----------------------------------------------------------------------------------------------------
+def test_dry_run_decides_and_audits_but_changes_nothing(tmp_path: Path) -> None:
+    rig = Rig(tmp_path, dry_run=True)
+    rig.c.lease_step()
+    rig.c.handle_report(report())
+    rig.step(ticks=6)
+    assert rig.executor.calls == []  # nothing carried out
+    state = rig.state()
+    assert all(i.status == "skipped" for i in state.intents)
+    validate = state.node_intents("n1", "validate")[0]
+    assert validate.result == "pass"  # treated as passed, so the whole path is shown
+    assert state.node_intents("n1", "drain")[0].result == "dry-run: not carried out"
+    assert state.nodes["n1"].phase == NodePhase.RETURNED
+    assert [(e["what"], e["node"]) for e in rig.audit()] == [(f"dry-run {k}", n) for k, n in EPISODE]
+
+
+# --- the breaker ------------------------------------------------------------------------------------------------
+def test_breaker_trips_and_an_operator_resets_it(tmp_path: Path) -> None:
+    rig = Rig(tmp_path, breaker_max_nodes=1)
+    rig.c.lease_step()
+    rig.c.handle_report(report("n1"))
+    answer = rig.c.handle_report(report("n2"))
+    assert not answer["accepted"] and "limit of 1" in answer["ignored"]
+    assert rig.state().breaker.open
+    metrics = generate_latest(rig.c.registry).decode()
+    assert 'ha_ops_controller_breaker_open{id="ctl1"} 1.0' in metrics
+    assert rig.c.handle_report(report("n3"))["intents"] == []
+    answer = rig.c.reset_breaker()
+    assert answer["notes"] == ["circuit breaker closed"]
+    state = rig.state()
+    assert not state.breaker.open and state.breaker.cordons == []
+    entry = rig.audit()[-1]
+    assert entry["what"] == "breaker_reset" and entry["before"].startswith("1 node(s) cordoned")
+    assert state.audit_seq == entry["seq"]
+    assert rig.c.handle_report(report("n3", seq=2))["intents"][0] == "drain n3"
+
+
+# --- metrics ----------------------------------------------------------------------------------------------------
+def test_metrics(tmp_path: Path) -> None:
+    clock = Clock()
+    a, b = Rig(tmp_path, "ctl1", clock), Rig(tmp_path, "ctl2", clock)
+    a.c.lease_step()
+    b.c.lease_step()
+    a.c.handle_report(report())
+    text = generate_latest(a.c.registry).decode()
+    assert 'ha_ops_controller_leader{id="ctl1"} 1.0' in text
+    assert 'ha_ops_controller_breaker_open{id="ctl1"} 0.0' in text
+    assert 'ha_ops_controller_node_phase{node="n1",phase="cordoned"} 1.0' in text
+    assert 'ha_ops_controller_node_phase{node="n2",phase="healthy"} 1.0' in text
+    assert 'ha_ops_controller_intents{status="pending"} 3.0' in text
+    assert 'ha_ops_controller_deferred{id="ctl1"} 0.0' in text
+    standby = generate_latest(b.c.registry).decode()
+    assert 'ha_ops_controller_leader{id="ctl2"} 0.0' in standby
+    assert "ha_ops_controller_breaker_open" not in standby  # a standby has no state to describe
+
+
+def test_metrics_name_a_node_held_for_replacement(rig: Rig) -> None:
+    rig.executor.validate = "fail: no"
+    rig.c.handle_report(report())
+    rig.step(ticks=4)
+    text = generate_latest(rig.c.registry).decode()
+    assert 'ha_ops_controller_needs_replacement{node="n1"} 1.0' in text
