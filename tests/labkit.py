@@ -119,7 +119,7 @@ def reset_remediation(lab: Lab) -> None:
     for node in gpu_nodes:
         if slurm.node(node.name).drained:
             slurm.resume(node.name)
-    for name in ("state.json", "lease.json", "audit.jsonl"):
+    for name in ("state.json", "lease.json", "lease.token", "audit.jsonl"):
         (state_dir(lab.ctx) / name).unlink(missing_ok=True)
     for node in controller_nodes(lab):
         lab.node(node).start("controller")

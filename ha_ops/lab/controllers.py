@@ -69,6 +69,7 @@ def render_config(ctx: LabContext, node: str) -> dict:
             "reboot_command": f"{python} -m ha_ops gpu reset --backend fake --fake-dir {fake} --all",
             "validate_command": f"{python} -m ha_ops health check --json --config {NODE_DIR / 'agent.yaml'}",
             "command_timeout_s": 30.0,
+            "boot_wait_s": 10.0,
         },
     }
 

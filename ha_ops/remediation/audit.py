@@ -34,28 +34,28 @@ class AuditLog:
 
     def head(self) -> AuditHead:
         """The last entry's seq and hash (seq 0 and the genesis hash for an empty log)."""
-        last = None
+        head = AuditHead(0, GENESIS)
+        for entry in self._entries():
+            head = AuditHead(int(entry["seq"]), str(entry["hash"]))
+        return head
+
+    def _entries(self) -> list[dict[str, Any]]:
+        """Readable entries; a line torn by a crash is skipped here (and reported by `verify`)."""
+        entries = []
         if self.path.exists():
             with open(self.path, "rb") as handle:
                 for line in handle:
-                    if line.strip():
-                        last = line
-        if last is None:
-            return AuditHead(0, GENESIS)
-        entry = json.loads(last)
-        return AuditHead(int(entry["seq"]), str(entry["hash"]))
+                    try:
+                        entry = json.loads(line)
+                    except ValueError:
+                        continue
+                    if isinstance(entry, dict) and isinstance(entry.get("seq"), int) and "hash" in entry:
+                        entries.append(entry)
+        return entries
 
     def intents(self) -> set[str]:
         """Intent ids already audited: an action re-run after a failover is not written twice."""
-        found: set[str] = set()
-        if self.path.exists():
-            with open(self.path) as handle:
-                for line in handle:
-                    if line.strip():
-                        intent = json.loads(line).get("intent")
-                        if intent:
-                            found.add(intent)
-        return found
+        return {str(e["intent"]) for e in self._entries() if e.get("intent")}
 
     def append(
         self,

@@ -47,6 +47,7 @@ class NodeAccess(_Strict):
     reboot_command: str = "systemctl reboot"
     validate_command: str = "ha-ops health check"
     command_timeout_s: float = 120.0
+    boot_wait_s: float = Field(600.0, ge=0, description="After a reboot, how long the node may take to answer ssh.")
 
 
 class PoolConfig(_Strict):

@@ -67,7 +67,13 @@ class Controller:
             leading = False
         with self._lock:
             if leading and self.token != self.lease.token:
-                self._become_leader()
+                try:
+                    self._become_leader()
+                except Exception as exc:
+                    # Unreadable state: lead nothing rather than act on a guess; the other controller may do better.
+                    log.error("%s cannot take over: %s; releasing the lease", self.config.id, exc)
+                    self.token, self.state = None, None
+                    self.lease.release()
             elif not leading and self.token is not None:
                 log.warning("%s lost the lease; standing by", self.config.id)
                 self.token, self.state = None, None
@@ -190,10 +196,16 @@ class Controller:
             with self._lock:
                 if self.state is None or self.token is None:
                     return
-                pending = self.state.pending()
-                if not pending:
+                now = self.clock()
+                ready, blocked = [], set()
+                for i in self.state.pending():
+                    # One node's intents run in order: its jobs are not requeued before its drain succeeded.
+                    if i.node not in blocked and i.not_before <= now:
+                        ready.append(i)
+                    blocked.add(i.node)
+                if not ready:
                     return
-                intent, token = pending[0], self.token
+                intent, token = ready[0], self.token
             self._execute(intent, token)
 
     def _execute(self, intent: Intent, token: int) -> None:
@@ -223,7 +235,10 @@ class Controller:
                 and intent.kind in ("drain", "resume", "spare_in", "spare_out")
                 and stored.attempts < 5
             )
-            if not retry:
+            if retry:
+                stored.not_before = self.clock() + min(30.0, 0.5 * 2**stored.attempts)
+                stored.result = f"attempt {stored.attempts} failed: {result}"
+            else:
                 stored.status, stored.result = status, result  # type: ignore[assignment]
                 if intent.id not in self.audit.intents():
                     what = f"dry-run {intent.kind}" if dry else intent.kind

@@ -85,6 +85,7 @@ class Intent(BaseModel):
     created_at: float = 0.0
     token: int = 0
     attempts: int = 0
+    not_before: float = 0.0  # a failed attempt is retried with a growing delay
     result: str = ""
 
 

@@ -7,7 +7,9 @@ The commands come from the controller's config (`access`), so the same code driv
 from __future__ import annotations
 
 import logging
+import time
 
+from ha_ops.errors import TransportError
 from ha_ops.remediation.config import NodeAccess
 from ha_ops.transport.ssh import SSHTransport
 from ha_ops.util.proc import CommandResult
@@ -40,4 +42,13 @@ class SshNodeOps:
         return self._run(node, self.access.reboot_command.format(node=node))
 
     def validate(self, node: str) -> CommandResult:
-        return self._run(node, self.access.validate_command.format(node=node))
+        """Run the validation, first waiting (up to `boot_wait_s`) for a node that is still rebooting to answer."""
+        deadline = time.monotonic() + self.access.boot_wait_s
+        while True:
+            try:
+                return self._run(node, self.access.validate_command.format(node=node))
+            except TransportError as exc:
+                if time.monotonic() >= deadline:
+                    raise
+                log.info("%s does not answer yet (%s); waiting for it to boot", node, exc)
+                time.sleep(2.0)

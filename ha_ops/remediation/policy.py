@@ -20,6 +20,8 @@ from ha_ops.remediation.config import ControllerConfig
 from ha_ops.remediation.model import ControllerState, Intent, IntentKind, LastReport, NodePhase, NodeRecord, Rung
 from ha_ops.remediation.safety import gate_cordon
 
+DRAIN_RETRY_S = 10.0
+
 _RUNG_FOR_ACTION = {
     "drain": Rung.RESET_GPU,
     "reset_gpu": Rung.RESET_GPU,
@@ -248,7 +250,13 @@ def on_tick(
     _retry_deferred(state, config, now, token, out)
     for rec in state.nodes.values():
         view = views.get(rec.name, NodeView())
-        if rec.phase == NodePhase.CORDONED and _episode_done(state, rec, "drain"):
+        drain = _episode_done(state, rec, "drain") if rec.phase == NodePhase.CORDONED else None
+        if drain is not None and drain.status == "failed":
+            # Never repair a node Slurm still schedules onto: try the drain again, after a pause.
+            if now - drain.created_at >= DRAIN_RETRY_S:
+                out.notes.append(f"{rec.name}: drain failed ({drain.result}); trying again")
+                out.intents.append(_intent(state, rec, "drain", rec.reason, now, token))
+        elif drain is not None:
             _set_phase(rec, NodePhase.DRAINING, now)
         jobs_gone = not view.jobs or now - rec.since >= ladder.drain_timeout_s
         if rec.phase == NodePhase.DRAINING and _episode_done(state, rec, "requeue_jobs") and jobs_gone:

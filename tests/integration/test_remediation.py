@@ -265,8 +265,8 @@ def test_kill_9_at_random_points_loses_no_state(lab: Lab, slurm: Slurm) -> None:
             lab.node(current).start("controller")
     wait_for("gpu2 returned", lambda: phase(lab, "gpu2") == "returned", timeout=60, interval=0.2)
     assert not slurm.node("gpu2").drained
-    state = read_state(state_dir(lab.ctx) / "state.json")
-    assert not state.pending()
+    wait_for("no intent left pending", lambda: not read_state(state_dir(lab.ctx) / "state.json").pending(),
+             timeout=20, interval=0.2)  # fmt: skip
     entries = audit_entries(lab)
     ids = [e["intent"] for e in entries if e["intent"]]
     assert len(ids) == len(set(ids)), "an intent was audited twice"
