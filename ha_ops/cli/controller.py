@@ -76,6 +76,8 @@ def status(
         return
     breaker = state["breaker"]
     output.result(f"circuit breaker: {'OPEN: ' + breaker['reason'] if breaker['open'] else 'closed'}")
+    for alert in state.get("storage_alerts", {}):
+        output.result(f"storage: {alert} firing")
     table = Table(title="nodes")
     for col in ("node", "pool", "phase", "rung", "reason"):
         table.add_column(col)

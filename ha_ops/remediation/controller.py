@@ -333,6 +333,14 @@ class _Metrics(Collector):
         yield _single(
             "ha_ops_controller_deferred", "Cordons held back", {"id": c.config.id}, float(len(state.deferred))
         )
+        storage_alerts = GaugeMetricFamily(
+            "ha_ops_controller_storage_alert",
+            "1 for each storage alert the controller has seen firing",
+            labels=["alert"],
+        )
+        for alert in state.storage_alerts:
+            storage_alerts.add_metric([alert], 1.0)
+        yield storage_alerts
         replace = GaugeMetricFamily(
             "ha_ops_controller_needs_replacement", "1 for nodes held for replacement", labels=["node"]
         )

@@ -106,6 +106,7 @@ class ControllerState(BaseModel):
     audit_hash: str = "0" * 64
     deferred: dict[str, str] = Field(default_factory=dict)  # node -> why a cordon was held back (rate, capacity)
     leading_since: float = 0.0  # when the current leader took over
+    storage_alerts: dict[str, float] = Field(default_factory=dict)  # firing storage alerts -> since when
 
     def pending(self) -> list[Intent]:
         return [i for i in self.intents if i.status == "pending"]

@@ -140,6 +140,14 @@ def on_alert(
     """Apply one Alertmanager alert. Only node-health alerts act; an agent or target being down never drains."""
     labels = alert.get("labels", {})
     name, node = labels.get("alertname", ""), labels.get("node") or labels.get("instance", "").split(":")[0]
+    if name.startswith("HaOpsStorage"):
+        # Storage faults are not a node's: the controller records them (status, metrics) and never cordons for them;
+        # recovering the storage master is the storage runbook's step.
+        if alert.get("status") == "firing":
+            state.storage_alerts.setdefault(name, now)
+            return Outcome(notes=[f"storage alert {name} firing"])
+        state.storage_alerts.pop(name, None)
+        return Outcome(notes=[f"storage alert {name} resolved"])
     if alert.get("status") != "firing":
         return Outcome(notes=[f"alert {name} resolved"])
     rec = state.nodes.get(node)

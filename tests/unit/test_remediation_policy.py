@@ -578,3 +578,18 @@ def test_compact_keeps_the_latest_finished() -> None:
     assert [i.id for i in sim.state.intents] == ids[-2:]
     policy.compact(sim.state)
     assert [i.id for i in sim.state.intents] == ids[-2:]
+
+
+def test_storage_alerts_are_recorded_and_never_cordon() -> None:
+    from ha_ops.remediation.config import ControllerConfig, PoolConfig
+    from ha_ops.remediation.model import ControllerState
+
+    config = ControllerConfig(id="c", state_dir=Path("/nonexistent"), pools={"p": PoolConfig(nodes=["n1", "n2"])})
+    state = ControllerState()
+    policy.init_state(state, config, 0.0)
+    firing = {"status": "firing", "labels": {"alertname": "HaOpsStorageMasterDown"}}
+    out = policy.on_alert(state, firing, config, 100.0, 1)
+    assert not out.intents and state.storage_alerts == {"HaOpsStorageMasterDown": 100.0}
+    assert all(r.phase.value == "healthy" for r in state.nodes.values())
+    policy.on_alert(state, {**firing, "status": "resolved"}, config, 110.0, 1)
+    assert state.storage_alerts == {}
