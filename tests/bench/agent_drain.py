@@ -58,6 +58,7 @@ def main() -> None:
     lab = make_lab(NAME)
     lab.down()
     lab.up()
+    lab.use_controllers(False)  # the agent alone: it drains in Slurm itself (tests/bench/controller.py does the rest)
     try:
         slurm = Slurm(lab.transport("gpu1"), timeout=5)
         rng = random.Random(7)
