@@ -10,8 +10,13 @@ from ha_ops.util.proc import CommandResult, run
 
 
 class LocalTransport:
-    def __init__(self, name: str | None = None) -> None:
+    def __init__(self, name: str | None = None, env: Mapping[str, str] | None = None) -> None:
         self.name = name or socket.gethostname()
+        self._env = dict(env or {})
+
+    def enter_prefix(self) -> list[str]:
+        """What runs a command where this transport's commands run (nothing: here)."""
+        return []
 
     def run(
         self,
@@ -22,12 +27,13 @@ class LocalTransport:
         input: str | None = None,
         env: Mapping[str, str] | None = None,
     ) -> CommandResult:
-        full_env = {**os.environ, **(env or {})}
-        return run(argv, timeout=timeout, check=check, input=input, env=full_env, where=self.name)
+        full_env = {**os.environ, **self._env, **(env or {})}
+        return run(
+            [*self.enter_prefix(), *argv], timeout=timeout, check=check, input=input, env=full_env, where=self.name
+        )
 
     def read_file(self, path: str, timeout: float = 10.0) -> str:
-        with open(path) as handle:
-            return handle.read()
+        return self.run(["cat", path], timeout=timeout).stdout
 
     def close(self) -> None:
         return None
