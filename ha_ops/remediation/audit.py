@@ -100,11 +100,9 @@ def verify(path: Path, expected_head: AuditHead | None = None) -> list[str]:
     prev_hash, prev_seq = GENESIS, 0
     try:
         lines = Path(path).read_text().splitlines()
-    except FileNotFoundError:
-        if expected_head is not None and expected_head.seq == 0:
-            return []  # nothing was ever done: no log yet, and the state agrees
-        return [f"{path}: no such file"]
     except OSError as exc:
+        if isinstance(exc, FileNotFoundError) and expected_head is not None and expected_head.seq == 0:
+            return []  # nothing was ever done: no log yet, and the state agrees
         return [f"{path}: cannot read ({exc.strerror})"]
     for number, line in enumerate(lines, start=1):
         if not line.strip():

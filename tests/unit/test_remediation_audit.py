@@ -237,3 +237,10 @@ def test_cli_missing_file_exits_1(
 ) -> None:
     assert run_cli(monkeypatch, str(tmp_path / "nope.jsonl")) == 1
     assert "cannot read" in capsys.readouterr().err
+
+
+def test_no_log_yet_with_a_state_at_seq_0_is_intact(tmp_path: Path) -> None:
+    from ha_ops.remediation.audit import GENESIS, AuditHead, verify
+
+    assert verify(tmp_path / "audit.jsonl", AuditHead(0, GENESIS)) == []
+    assert verify(tmp_path / "audit.jsonl", AuditHead(3, "x" * 64)) != []
