@@ -1,0 +1,65 @@
+"""Runs one Chaos Toolkit experiment with chaostoolkit-lib against a lab, and guarantees its rollbacks."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ha_ops.chaos import faults
+from ha_ops.errors import SpecError
+from ha_ops.lab.cluster import Lab
+
+log = logging.getLogger(__name__)
+
+
+def load_experiment(path: Path, lab: str, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Read a JSON or YAML experiment, point it at `lab` (configuration key `lab`), apply configuration
+    overrides, and validate it."""
+    from chaoslib.exceptions import InvalidActivity, InvalidExperiment
+    from chaoslib.experiment import ensure_experiment_is_valid
+
+    try:
+        text = Path(path).read_text()
+        experiment = json.loads(text) if str(path).endswith(".json") else yaml.safe_load(text)
+    except (OSError, ValueError, yaml.YAMLError) as exc:
+        raise SpecError(str(path), [f"cannot read the experiment: {exc}"]) from None
+    if not isinstance(experiment, dict):
+        raise SpecError(str(path), ["an experiment is a mapping (title, description, method, ...)"])
+    configuration = experiment.setdefault("configuration", {})
+    configuration.update(overrides or {})
+    configuration["lab"] = lab
+    try:
+        ensure_experiment_is_valid(experiment)
+    except (InvalidExperiment, InvalidActivity) as exc:
+        raise SpecError(str(path), [str(exc)]) from None
+    return experiment
+
+
+def plan(experiment: dict[str, Any]) -> list[str]:
+    """What a run would do, in order (for --dry-run)."""
+    steps = []
+    hypothesis = experiment.get("steady-state-hypothesis") or {}
+    steps += [f"steady state: {p.get('name')}" for p in hypothesis.get("probes", [])]
+    steps += [f"{a.get('type')}: {a.get('name')}" for a in experiment.get("method", [])]
+    steps += [f"steady state again: {p.get('name')}" for p in hypothesis.get("probes", [])]
+    steps += [f"rollback: {a.get('name')}" for a in experiment.get("rollbacks", [])]
+    return steps
+
+
+def run(experiment: dict[str, Any], lab: Lab) -> dict[str, Any]:
+    """Run the experiment; whatever its fate (hypothesis violated, activity failed, Ctrl-C), every fault it left
+    journaled is rolled back before this returns."""
+    from chaoslib.experiment import run_experiment
+
+    try:
+        journal = run_experiment(experiment, settings={"runtime": {"rollbacks": {"strategy": "always"}}})
+    finally:
+        leftover = faults.cleanup(lab)
+        if leftover:
+            log.warning("rolled back faults the experiment left behind: %s", ", ".join(leftover))
+    journal["ha_ops_cleanup"] = leftover
+    return journal

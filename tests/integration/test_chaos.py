@@ -1,0 +1,83 @@
+"""Chaos experiments run by chaostoolkit-lib against the lab, and cleanup after a killed runner."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ha_ops.chaos import faults
+from ha_ops.chaos.probes import reachable
+from ha_ops.lab.cluster import Lab
+from ha_ops.util.wait import wait_for
+from tests.labkit import REPO, reset_remediation
+
+pytestmark = pytest.mark.lab
+
+EXPERIMENTS = REPO / "chaos" / "experiments"
+
+
+@pytest.fixture(autouse=True)
+def clean(lab: Lab) -> Iterator[None]:
+    reset_remediation(lab)
+    yield
+    faults.cleanup(lab)
+
+
+def chaos(lab: Lab, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "ha_ops", "chaos", *args, "--lab", lab.spec.name]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+
+
+def test_gpu_fault_experiment_passes_when_recovery_works(lab: Lab, tmp_path: Path) -> None:
+    journal = tmp_path / "journal.json"
+    result = chaos(lab, "run", str(EXPERIMENTS / "gpu-xid79.yaml"), "--journal", str(journal))
+    assert result.returncode == 0, result.stdout + result.stderr
+    data = json.loads(journal.read_text())
+    assert data["status"] == "completed" and data["deviated"] is False
+    outputs = {r["activity"]["name"]: r["output"] for r in data["run"]}
+    assert outputs["the controller took the node out of service"].startswith("drained")
+    assert faults.active(lab) == []
+
+
+def test_the_same_experiment_goes_red_when_recovery_is_broken(lab: Lab, tmp_path: Path) -> None:
+    # A GPU that no reset or reboot repairs: the node is held for replacement and the fleet is not whole again.
+    journal = tmp_path / "journal.json"
+    result = chaos(
+        lab, "run", str(EXPERIMENTS / "gpu-xid79.yaml"), "--var", "permanent=true", "--journal", str(journal)
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "hypothesis violated" in result.stdout
+    assert json.loads(journal.read_text())["deviated"] is True
+    assert faults.active(lab) == []
+
+
+def test_dry_run_injects_nothing(lab: Lab) -> None:
+    result = chaos(lab, "run", str(EXPERIMENTS / "link-down-held.yaml"), "--dry-run")
+    assert result.returncode == 0
+    assert "action: the uplink goes down" in result.stdout
+    assert reachable("gpu2", "gpu1", lab=lab.spec.name)
+    assert faults.active(lab) == []
+
+
+def test_cleanup_restores_the_lab_after_the_runner_is_killed_mid_fault(lab: Lab) -> None:
+    cmd = [sys.executable, "-m", "ha_ops", "chaos", "run", str(EXPERIMENTS / "link-down-held.yaml"), "--lab",
+           lab.spec.name]  # fmt: skip
+    runner = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for("the fault injected", lambda: faults.active(lab) and not reachable("gpu2", "gpu1", lab=lab.spec.name),
+                 timeout=30, interval=0.2)  # fmt: skip
+    finally:
+        runner.kill()
+        runner.wait(10)
+    time.sleep(0.5)
+    assert not reachable("gpu2", "gpu1", lab=lab.spec.name)  # the killed runner left the link down
+    result = chaos(lab, "cleanup")
+    assert result.returncode == 0 and "link:gpu2:eth0" in result.stdout
+    assert reachable("gpu2", "gpu1", lab=lab.spec.name)
+    assert faults.active(lab) == []
