@@ -24,6 +24,7 @@ __all__ = [
     "slurm_controller_responds",
     "slurm_node_state",
     "slurm_nodes_in_service",
+    "storage_health",
 ]
 
 
@@ -119,3 +120,12 @@ def controller_phase(node: str, lab: str = "lab") -> str:
 
     state = read_state(state_dir(_lab(lab).ctx) / "state.json")
     return state.nodes[node].phase.value
+
+
+def storage_health(lab: str = "lab") -> dict[str, Any]:
+    """The replicated storage's health (master up, chunkservers, chunks under goal or missing, space), through the
+    storage adapter; `healthy` is true when the master answers and nothing is under its replica count."""
+    from ha_ops.lab import storage_ops
+
+    health = storage_ops.moosefs(_lab(lab)).health()
+    return {**health.__dict__, "healthy": health.healthy}

@@ -68,6 +68,14 @@ def test_cut_a_chunkserver_link_files_stay_readable(slab: Lab) -> None:
              interval=0.5)  # fmt: skip
 
 
+def test_the_chaos_probe_sees_the_storage_through_the_adapter(slab: Lab) -> None:
+    from ha_ops.chaos.probes import storage_health
+
+    health = storage_health(lab=slab.spec.name)
+    assert health["healthy"] is True and health["master_up"] is True
+    assert sorted(health["chunkservers"]) == ["cs1", "cs2", "cs3"]
+
+
 def test_storage_metrics_and_alert_rules(slab: Lab) -> None:
     mon = slab.ctx.layout.node("mon1")
     _, body = http_get(slab.ctx.netns("mon1"), f"http://{mon.address}:{storage.EXPORTER_PORT}/metrics")

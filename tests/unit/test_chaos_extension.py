@@ -24,7 +24,7 @@ def test_discovered_activities_are_exactly_these() -> None:
         *(("probe", n) for n in (
             "agent_verdict", "alert_firing", "controller_phase", "job_ran_exactly_once", "job_state",
             "prometheus_query", "reachable", "slurm_controller_responds", "slurm_node_state",
-            "slurm_nodes_in_service")),
+            "slurm_nodes_in_service", "storage_health")),
     }  # fmt: skip
 
 
