@@ -12,25 +12,15 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from ha_ops.cli.main import app, main
+from ha_ops.cli.main import app
 from ha_ops.errors import SpecError
+from tests.unit.cli_helpers import run_main
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 LAB = EXAMPLES / "lab.yaml"
 PRODUCTION = EXAMPLES / "production.yaml"
 
 runner = CliRunner()
-
-
-def run_main(monkeypatch: pytest.MonkeyPatch, *args: str) -> int:
-    """Run the console script's entry point in-process; return its exit code (0 if it returns)."""
-    monkeypatch.setattr("sys.argv", ["ha-ops", *args])
-    try:
-        main()
-    except SystemExit as exc:
-        assert isinstance(exc.code, int), exc.code
-        return exc.code
-    return 0
 
 
 @pytest.fixture

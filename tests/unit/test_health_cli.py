@@ -8,20 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from ha_ops.cli.main import main
 from ha_ops.gpu.fake import FakeGpus, healthy_state
+from tests.unit.cli_helpers import run_main
 
 NODE = "gpu2"
-
-
-def run_main(monkeypatch: pytest.MonkeyPatch, *args: str) -> int:
-    monkeypatch.setattr("sys.argv", ["ha-ops", *args])
-    try:
-        main()
-    except SystemExit as exc:
-        assert isinstance(exc.code, int), exc.code
-        return exc.code
-    return 0
 
 
 @pytest.fixture
