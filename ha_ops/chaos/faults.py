@@ -8,6 +8,7 @@ import fcntl
 import json
 import logging
 import os
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -42,7 +43,7 @@ def record(lab: Lab, key: str, rollback: str, **arguments: Any) -> None:
     """Remember that fault `key` is active and how to undo it (a function of ha_ops.chaos.rollbacks)."""
     with _locked(lab) as faults:
         if not any(f["key"] == key for f in faults):
-            faults.append({"key": key, "rollback": rollback, "arguments": arguments})
+            faults.append({"key": key, "rollback": rollback, "arguments": arguments, "at": time.time()})
 
 
 def forget(lab: Lab, key: str) -> None:

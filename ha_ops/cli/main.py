@@ -12,6 +12,7 @@ from ha_ops import __version__
 from ha_ops.cli import agent as agent_cmd
 from ha_ops.cli import chaos as chaos_cmd
 from ha_ops.cli import controller as controller_cmd
+from ha_ops.cli import gameday as gameday_cmd
 from ha_ops.cli import gpu as gpu_cmd
 from ha_ops.cli import lab as lab_cmd
 from ha_ops.cli import output
@@ -40,6 +41,7 @@ app.add_typer(controller_cmd.controller_app, name="controller")
 app.add_typer(controller_cmd.audit_app, name="audit")
 app.add_typer(storage_cmd.app, name="storage")
 app.add_typer(chaos_cmd.app, name="chaos")
+app.add_typer(gameday_cmd.app, name="gameday")
 
 
 def _version(value: bool) -> None:

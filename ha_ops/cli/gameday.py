@@ -1,0 +1,62 @@
+"""`ha-ops gameday run` and `ha-ops gameday schedule`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from ha_ops.cli import output
+
+app = typer.Typer(help="Game days: plans of chaos experiments, measured and reported.", no_args_is_help=True)
+
+
+@app.command("run")
+def run(
+    plan: Path = typer.Argument(..., help="A game-day plan (YAML, under chaos/gamedays/)."),
+    lab: str | None = typer.Option(None, "--lab", envvar="HA_OPS_LAB", help="Overrides the plan's lab."),
+    report_dir: Path = typer.Option(Path("reports/gameday"), "--report-dir", help="Where the reports go."),
+    json_out: bool = typer.Option(False, "--json"),
+) -> None:
+    """Run every fault of the plan, measure time to detect and to recover, write JSON, JUnit and HTML reports.
+    Exit 1 unless every fault passed."""
+    from ha_ops.chaos import gameday
+    from ha_ops.lab.cluster import Lab
+
+    loaded = gameday.load_plan(plan)
+    if lab:
+        loaded = loaded.model_copy(update={"lab": lab})
+    results = gameday.run_gameday(loaded, Lab.from_state(loaded.lab), progress=output.info)
+    paths = gameday.write_reports(loaded, results, report_dir)
+    report = gameday.report_json(loaded, results)
+    if json_out:
+        output.emit_json({**report, "reports": [str(p) for p in paths]})
+    else:
+        output.result(f"game day {loaded.name}: {'passed' if report['passed'] else 'FAILED'}; reports in {report_dir}")
+    if not report["passed"]:
+        raise typer.Exit(1)
+
+
+@app.command()
+def schedule(
+    plan: Path = typer.Argument(...),
+    every: str = typer.Option(..., "--every", help="systemd OnCalendar (e.g. 'Mon 03:00') or a cron expression."),
+    kind: str = typer.Option("systemd", "--kind", help="systemd (service + timer) or cronjob (Kubernetes)."),
+    lab: str = typer.Option("lab", "--lab"),
+    out: Path | None = typer.Option(None, "--out", help="Write the files here instead of printing them."),
+) -> None:
+    """Render a recurring game day: a systemd timer, or a Kubernetes CronJob."""
+    from ha_ops.chaos import gameday
+    from ha_ops.errors import SpecError
+
+    if kind not in ("systemd", "cronjob"):
+        raise SpecError("--kind", [f"{kind!r} is not systemd or cronjob"])
+    gameday.load_plan(plan)  # refuse to schedule a plan that does not load
+    files = gameday.render_schedule(plan, every, kind, lab)  # type: ignore[arg-type]
+    for name, text in files.items():
+        if out is None:
+            output.result(f"# {name}\n{text}")
+        else:
+            out.mkdir(parents=True, exist_ok=True)
+            (out / name).write_text(text)
+            output.info(f"wrote {out / name}")

@@ -1,0 +1,70 @@
+"""A game day in the lab: measured, reported, and red when recovery is broken."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from xml.etree import ElementTree as ET
+
+import pytest
+import yaml
+
+from ha_ops.chaos import faults
+from ha_ops.lab.cluster import Lab
+from tests.labkit import REPO, reset_remediation
+
+pytestmark = pytest.mark.lab
+
+PLAN = REPO / "chaos" / "gamedays" / "gpu.yaml"
+
+
+@pytest.fixture(autouse=True)
+def clean(lab: Lab) -> Iterator[None]:
+    reset_remediation(lab)
+    yield
+    faults.cleanup(lab)
+
+
+def gameday(lab: Lab, plan: Path, reports: Path) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "ha_ops", "gameday", "run", str(plan), "--lab", lab.spec.name,
+           "--report-dir", str(reports), "--json"]  # fmt: skip
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+
+
+def test_gameday_measures_detection_and_recovery_and_writes_reports(lab: Lab, tmp_path: Path) -> None:
+    result = gameday(lab, PLAN, tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = json.loads((tmp_path / "gameday.json").read_text())
+    assert report["passed"] is True
+    fault = report["faults"][0]
+    assert fault["verdict"] == "passed"
+    assert 0 <= fault["time_to_detect_s"] < 5
+    assert fault["time_to_detect_s"] <= fault["time_to_recover_s"] < 30
+    suite = ET.fromstring((tmp_path / "gameday.junit.xml").read_text())
+    assert suite.get("tests") == "1" and suite.get("failures") == "0"
+    page = (tmp_path / "gameday.html").read_text()
+    assert (
+        "<svg" in page
+        and "PASSED" in page
+        and "<script" not in page
+        and "http://" not in page.replace("http://www.w3.org/2000/svg", "")
+    )
+
+
+def test_gameday_goes_red_naming_the_fault_when_recovery_is_broken(lab: Lab, tmp_path: Path) -> None:
+    plan = yaml.safe_load(PLAN.read_text())
+    plan["faults"][0]["vars"]["permanent"] = True  # hardware no reset or reboot repairs
+    plan["faults"][0]["timeout_s"] = 25
+    plan["faults"][0]["experiment"] = str((PLAN.parent / plan["faults"][0]["experiment"]).resolve())
+    path = tmp_path / "broken.yaml"
+    path.write_text(yaml.safe_dump(plan))
+    result = gameday(lab, path, tmp_path / "reports")
+    assert result.returncode == 1
+    report = json.loads((tmp_path / "reports" / "gameday.json").read_text())
+    fault = report["faults"][0]
+    assert report["passed"] is False and fault["verdict"] == "failed"
+    assert fault["name"] == "GPU XID 79 on gpu3" and "not recovered" in fault["why"]
+    assert 'failures="1"' in (tmp_path / "reports" / "gameday.junit.xml").read_text()

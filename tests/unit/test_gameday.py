@@ -1,0 +1,62 @@
+"""Game-day plans, reports and schedules (no lab)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ha_ops.chaos.gameday import FaultResult, load_plan, render_schedule, report_html, report_json, report_junit
+from ha_ops.errors import SpecError
+
+PLAN = Path(__file__).resolve().parents[2] / "chaos" / "gamedays" / "gpu.yaml"
+
+
+def results() -> list[FaultResult]:
+    ok = FaultResult("gpu", "passed", "", 100.0, 101.0, 101.2, 103.5, 110.0, "completed", False)
+    ok.timeline = [(100.0, "started"), (101.0, "fault injected"), (101.2, "detected"), (103.5, "recovered")]
+    bad = FaultResult("link", "failed", "not recovered within 40 s", 200.0, 200.5, 201.0, None, 240.0)
+    return [ok, bad]
+
+
+def test_the_shipped_plan_loads_with_experiments_relative_to_it() -> None:
+    plan = load_plan(PLAN)
+    assert plan.faults[0].experiment.exists()
+    assert plan.faults[0].detect.negate is True
+
+
+def test_a_plan_naming_a_missing_experiment_or_an_unknown_key_is_refused(tmp_path: Path) -> None:
+    data = yaml.safe_load(PLAN.read_text())
+    data["faults"][0]["experiment"] = "nope.yaml"
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump(data))
+    with pytest.raises(SpecError, match="does not exist"):
+        load_plan(tmp_path / "p.yaml")
+    data = yaml.safe_load(PLAN.read_text())
+    data["blast_radius"] = 3
+    (tmp_path / "q.yaml").write_text(yaml.safe_dump(data))
+    with pytest.raises(SpecError) as info:
+        load_plan(tmp_path / "q.yaml")
+    assert any(p.startswith("blast_radius") for p in info.value.problems)
+
+
+def test_reports_carry_the_measurements() -> None:
+    plan = load_plan(PLAN)
+    report = report_json(plan, results())
+    assert report["passed"] is False
+    first, second = report["faults"]
+    assert first["time_to_detect_s"] == pytest.approx(0.2) and first["time_to_recover_s"] == pytest.approx(2.5)
+    assert second["time_to_recover_s"] is None
+    junit = report_junit(plan, results())
+    assert 'tests="2"' in junit and 'failures="1"' in junit and "not recovered within 40 s" in junit
+    page = report_html(plan, results())
+    assert page.count("<svg") == 2 and "FAILED" in page and "<script" not in page
+
+
+def test_schedules_render_for_systemd_and_kubernetes() -> None:
+    systemd = render_schedule(PLAN, "Mon 03:00", "systemd", "lab")
+    assert "OnCalendar=Mon 03:00" in systemd["ha-ops-gameday.timer"]
+    assert "ExecStart=ha-ops gameday run" in systemd["ha-ops-gameday.service"]
+    cron = yaml.safe_load(render_schedule(PLAN, "0 3 * * 1", "cronjob", "lab")["ha-ops-gameday-cronjob.yaml"])
+    assert cron["kind"] == "CronJob" and cron["spec"]["schedule"] == "0 3 * * 1"
+    assert cron["spec"]["concurrencyPolicy"] == "Forbid"
