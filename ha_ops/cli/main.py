@@ -16,6 +16,7 @@ from ha_ops.cli import gameday as gameday_cmd
 from ha_ops.cli import gpu as gpu_cmd
 from ha_ops.cli import lab as lab_cmd
 from ha_ops.cli import output
+from ha_ops.cli import runbook as runbook_cmd
 from ha_ops.cli import spec as spec_cmd
 from ha_ops.cli import storage as storage_cmd
 from ha_ops.errors import HaOpsError, SpecError
@@ -42,6 +43,7 @@ app.add_typer(controller_cmd.audit_app, name="audit")
 app.add_typer(storage_cmd.app, name="storage")
 app.add_typer(chaos_cmd.app, name="chaos")
 app.add_typer(gameday_cmd.app, name="gameday")
+app.add_typer(runbook_cmd.app, name="runbook")
 
 
 def _version(value: bool) -> None:

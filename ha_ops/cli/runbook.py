@@ -1,0 +1,51 @@
+"""`ha-ops runbook verify`: run the failure a runbook is about and check every claim and command in it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from ha_ops.cli import output
+
+app = typer.Typer(help="Recovery runbooks, verified in the lab.", no_args_is_help=True)
+
+RUNBOOKS = Path(__file__).resolve().parents[2] / "runbooks"
+
+
+@app.command()
+def verify(
+    runbook: Path | None = typer.Argument(None, help="A runbook (Markdown with front matter)."),
+    all_: bool = typer.Option(False, "--all", help="Every runbook in runbooks/ whose lab matches --lab."),
+    lab: str = typer.Option("lab", "--lab", envvar="HA_OPS_LAB"),
+    json_out: bool = typer.Option(False, "--json"),
+) -> None:
+    """Inject the runbook's failure, check each claim within its time, run each manual step; name stale steps.
+    Exit 1 if any step is stale."""
+    from ha_ops.errors import SpecError
+    from ha_ops.lab.cluster import Lab
+    from ha_ops.runbooks.verify import verify as run_verify
+
+    if runbook is None and not all_:
+        raise SpecError("runbook verify", ["name a runbook, or use --all"])
+    paths = sorted(RUNBOOKS.glob("*.md")) if all_ else [runbook]
+    handle = Lab.from_state(lab)
+    results = []
+    for path in paths:
+        assert path is not None
+        output.info(f"verifying {path.name} in lab {lab}")
+        results.append(run_verify(path, handle))
+    if json_out:
+        output.emit_json([{"runbook": r.runbook, "steps": [s.__dict__ for s in r.steps], "stale": len(r.stale)}
+                          for r in results])  # fmt: skip
+    else:
+        for r in results:
+            table = Table(title=f"{r.runbook}: {'up to date' if not r.stale else f'{len(r.stale)} stale step(s)'}")
+            for col in ("kind", "step", "ok", "detail"):
+                table.add_column(col)
+            for s in r.steps:
+                table.add_row(s.kind, s.name, "yes" if s.ok else "STALE", s.detail, style="" if s.ok else "bold red")
+            output.result(table)
+    if any(r.stale for r in results):
+        raise typer.Exit(1)

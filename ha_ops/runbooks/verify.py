@@ -1,0 +1,166 @@
+"""Runbook verification: inject the failure the runbook is about, check every claim it makes about recovery (each
+within its stated time), run every manual command it tells the engineer to run, and name the steps that are stale.
+
+A runbook is Markdown with YAML front matter:
+    id, title
+    trigger: {experiment: PATH (relative to the runbook), vars: {...}}
+    checks: [{claim, probe, arguments, equals, negate, within_s, after_manual}]   probes of ha_ops.chaos.probes;
+            checked in order (a claim is looked for once the one before it held), each within `within_s` of the
+            failure (or of the manual steps, for `after_manual` claims)
+    manual: [{step, run}]    shell commands; {lab} and {root} are replaced by the lab's name and folder
+"""
+
+from __future__ import annotations
+
+import logging
+import shlex
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ha_ops.chaos import faults, runner
+from ha_ops.chaos.gameday import Condition
+from ha_ops.errors import SpecError
+from ha_ops.lab.cluster import Lab
+from ha_ops.spec.load import validation_problems
+
+log = logging.getLogger(__name__)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Trigger(_Strict):
+    experiment: Path
+    vars: dict[str, object] = Field(default_factory=dict)
+
+
+class Check(Condition):
+    claim: str
+    within_s: float = Field(30.0, gt=0)
+    after_manual: bool = Field(False, description="Checked once the manual steps ran (timed from then).")
+
+
+class ManualStep(_Strict):
+    step: str
+    run: str
+    timeout_s: float = Field(60.0, gt=0)
+
+
+class Runbook(_Strict):
+    id: str
+    title: str
+    trigger: Trigger
+    checks: list[Check] = Field(min_length=1)
+    manual: list[ManualStep] = Field(default_factory=list)
+
+
+def load_runbook(path: Path) -> tuple[Runbook, str]:
+    """The runbook's front matter (validated) and its Markdown body."""
+    text = Path(path).read_text()
+    if not text.startswith("---\n") or "\n---\n" not in text[4:]:
+        raise SpecError(str(path), ["a runbook starts with YAML front matter between '---' lines"])
+    front, body = text[4:].split("\n---\n", 1)
+    try:
+        data = yaml.safe_load(front)
+        runbook = Runbook.model_validate(data)
+    except yaml.YAMLError as exc:
+        raise SpecError(str(path), [f"front matter is not valid YAML ({exc})"]) from None
+    except ValidationError as exc:
+        raise SpecError(str(path), validation_problems(exc)) from None
+    experiment = (Path(path).parent / runbook.trigger.experiment).resolve()
+    if not experiment.exists():
+        raise SpecError(str(path), [f"trigger.experiment: {experiment} does not exist"])
+    for heading in ("## Symptoms", "## Impact", "## What recovers automatically", "## Manual steps"):
+        if heading not in body:
+            raise SpecError(str(path), [f"the body has no '{heading}' section"])
+    return runbook.model_copy(update={"trigger": runbook.trigger.model_copy(update={"experiment": experiment})}), body
+
+
+@dataclass
+class StepResult:
+    kind: str  # "check" or "manual"
+    name: str
+    ok: bool
+    detail: str = ""
+
+
+@dataclass
+class Verification:
+    runbook: str
+    steps: list[StepResult] = field(default_factory=list)
+
+    @property
+    def stale(self) -> list[StepResult]:
+        return [s for s in self.steps if not s.ok]
+
+
+def _wait_claim(check: Check, lab: str, since: float) -> StepResult:
+    deadline = since + check.within_s
+    while time.time() < deadline:
+        if check.holds(lab):
+            return StepResult("check", check.claim, True, f"held after {time.time() - since:.1f} s")
+        time.sleep(0.2)
+    return StepResult("check", check.claim, False, f"did not hold within {check.within_s:g} s")
+
+
+def verify(path: Path, lab: Lab) -> Verification:
+    runbook, _ = load_runbook(path)
+    result = Verification(runbook.id)
+    experiment = runner.load_experiment(runbook.trigger.experiment, lab.spec.name, dict(runbook.trigger.vars))
+    claims: list[StepResult] = []
+    experiment_over = threading.Event()
+
+    def check_claims() -> None:
+        # chaostoolkit-lib must run in the main thread (it installs signal handlers): the claims are checked here.
+        injected = _wait_injected(lab, experiment_over)
+        if injected is None:
+            claims.append(StepResult("check", "the failure is injected", False, "no fault was recorded"))
+            return
+        claims.extend(_wait_claim(c, lab.spec.name, injected) for c in runbook.checks if not c.after_manual)
+
+    checker = threading.Thread(target=check_claims, daemon=True)
+    checker.start()
+    try:
+        runner.run(experiment, lab)
+    except Exception as exc:
+        claims.append(StepResult("check", "the trigger experiment runs", False, str(exc)))
+    finally:
+        experiment_over.set()
+        checker.join(max((c.within_s for c in runbook.checks), default=0) + 60)
+        faults.cleanup(lab)
+    result.steps.extend(claims)
+    for step in runbook.manual:
+        result.steps.append(_run_manual(step, lab))
+    manual_done = time.time()
+    for check in (c for c in runbook.checks if c.after_manual):
+        result.steps.append(_wait_claim(check, lab.spec.name, manual_done))
+    return result
+
+
+def _run_manual(step: ManualStep, lab: Lab) -> StepResult:
+    command = step.run.format(lab=lab.spec.name, root=lab.paths.root, python=sys.executable)
+    proc = subprocess.run(["sh", "-c", command], capture_output=True, text=True, timeout=step.timeout_s)
+    tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or [""]
+    detail = f"{shlex.quote(command)} exited {proc.returncode}: {tail[0][:160]}"
+    return StepResult("manual", step.step, proc.returncode == 0, detail)
+
+
+def _wait_injected(lab: Lab, done: threading.Event, timeout: float = 60.0) -> float | None:
+    """When the trigger's first fault went in (from the fault journal), or None if it never did."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        active = faults.active(lab)
+        if active:
+            return min(float(f.get("at", time.time())) for f in active)
+        if done.is_set():
+            return None
+        time.sleep(0.05)
+    return None
