@@ -26,6 +26,7 @@ def clean(lab: Lab) -> Iterator[None]:
     reset_remediation(lab)
     yield
     faults.cleanup(lab)
+    reset_remediation(lab)  # leave the lab as the next module expects it: every node in service
 
 
 def gameday(lab: Lab, plan: Path, reports: Path) -> subprocess.CompletedProcess:

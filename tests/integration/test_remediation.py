@@ -41,6 +41,12 @@ def clean(lab: Lab) -> Iterator[None]:
     yield
 
 
+@pytest.fixture(scope="module", autouse=True)
+def leave_in_service(lab: Lab) -> Iterator[None]:
+    yield
+    reset_remediation(lab)  # the next module expects every node in service
+
+
 @pytest.fixture
 def slurm(lab: Lab) -> Slurm:
     return Slurm(lab.transport("gpu1"))

@@ -24,6 +24,7 @@ def clean(lab: Lab) -> Iterator[None]:
     reset_remediation(lab)
     yield
     faults.cleanup(lab)
+    reset_remediation(lab)  # leave the lab as the next module expects it: every node in service
 
 
 def verify(lab: Lab, path: Path) -> subprocess.CompletedProcess:
