@@ -16,21 +16,18 @@ from typing import Any, Literal
 from xml.etree import ElementTree as ET
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from ha_ops.chaos import faults, probes, runner
 from ha_ops.errors import SpecError
 from ha_ops.lab.cluster import Lab
+from ha_ops.util.models import ConfigModel
 from ha_ops.util.yamlconfig import load_model
 
 log = logging.getLogger(__name__)
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class Condition(_Strict):
+class Condition(ConfigModel):
     """A probe of ha_ops.chaos.probes and the value it must have (or must not have, with `negate`)."""
 
     probe: str
@@ -49,7 +46,7 @@ class Condition(_Strict):
         return (value != self.equals) if self.negate else (value == self.equals)
 
 
-class PlannedFault(_Strict):
+class PlannedFault(ConfigModel):
     name: str
     experiment: Path
     vars: dict[str, Any] = Field(default_factory=dict)
@@ -58,11 +55,11 @@ class PlannedFault(_Strict):
     timeout_s: float = Field(60.0, gt=0)
 
 
-class Limits(_Strict):
+class Limits(ConfigModel):
     max_concurrent_faults: int = Field(1, ge=1)
 
 
-class GameDayPlan(_Strict):
+class GameDayPlan(ConfigModel):
     name: str
     lab: str = "lab"
     limits: Limits = Limits()

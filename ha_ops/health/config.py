@@ -5,29 +5,26 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from ha_ops.health.thresholds import Thresholds
+from ha_ops.util.models import ConfigModel
 from ha_ops.util.yamlconfig import load_model
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class MetricsConfig(_Strict):
+class MetricsConfig(ConfigModel):
     address: str = "0.0.0.0"
     port: int = Field(9400, ge=0, le=65535, description="0 disables the metrics endpoint.")
 
 
-class SlurmReporting(_Strict):
+class SlurmReporting(ConfigModel):
     enabled: bool = True
     auto_resume: bool = Field(True, description="Resume a node the agent drained once it is healthy again.")
     resume_after_healthy_sweeps: int = Field(3, ge=1, description="Consecutive healthy sweeps before resuming.")
     command_timeout_s: float = Field(5.0, gt=0)
 
 
-class ControllerReporting(_Strict):
+class ControllerReporting(ConfigModel):
     urls: list[str] = Field(
         default_factory=list,
         description="Report endpoints of the remediation controllers (leader and standby); when set, the agent "
@@ -37,7 +34,7 @@ class ControllerReporting(_Strict):
     heartbeat_s: float = Field(10.0, gt=0, description="Resend the current report at least this often.")
 
 
-class AgentConfig(_Strict):
+class AgentConfig(ConfigModel):
     node: str
     backend: Literal["nvml", "fake"] = "nvml"
     fake_dir: Path | None = None

@@ -10,20 +10,17 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from ha_ops.gpu.types import GpuSample
 from ha_ops.health.model import Action, HealthState, Severity, Verdict
+from ha_ops.util.models import ConfigModel
 
 SCHEMA = "ha-ops/agent-report"
 VERSION = 1
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class ReportFinding(_Strict):
+class ReportFinding(ConfigModel):
     check: str
     severity: Literal["info", "warning", "critical"]
     action: Action
@@ -33,13 +30,13 @@ class ReportFinding(_Strict):
     xid: int | None = None
 
 
-class ReportGpu(_Strict):
+class ReportGpu(ConfigModel):
     index: int = Field(ge=0)
     uuid: str | None = None
     state: HealthState
 
 
-class AgentReport(_Strict):
+class AgentReport(ConfigModel):
     schema_: Literal["ha-ops/agent-report"] = Field(SCHEMA, alias="schema")
     version: Literal[1] = VERSION
     node: str = Field(min_length=1)

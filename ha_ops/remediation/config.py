@@ -5,16 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from ha_ops.util.models import ConfigModel
 from ha_ops.util.yamlconfig import load_model
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class Safety(_Strict):
+class Safety(ConfigModel):
     breaker_max_nodes: int = Field(2, ge=1, description="Cordons within the window that trip the breaker.")
     breaker_max_fraction: float = Field(0.1, gt=0, le=1, description="...or this share of a pool within the window.")
     breaker_window_s: float = Field(600.0, gt=0)
@@ -26,7 +23,7 @@ class Safety(_Strict):
     opt_out: list[str] = Field(default_factory=list, description="Nodes the controller never touches.")
 
 
-class Ladder(_Strict):
+class Ladder(ConfigModel):
     validate_timeout_s: float = Field(60.0, gt=0, description="How long a repair step may take to validate.")
     probation_s: float = Field(300.0, ge=0, description="After a return, a new fault within this counts as a flap.")
     max_flaps: int = Field(
@@ -36,7 +33,7 @@ class Ladder(_Strict):
     drain_timeout_s: float = Field(30.0, gt=0, description="Wait for jobs that cannot be requeued before repairing.")
 
 
-class NodeAccess(_Strict):
+class NodeAccess(ConfigModel):
     """How the controller reaches a node: ssh with verified host keys, and the commands for each repair step."""
 
     ssh_user: str = "root"
@@ -50,12 +47,12 @@ class NodeAccess(_Strict):
     boot_wait_s: float = Field(600.0, ge=0, description="After a reboot, how long the node may take to answer ssh.")
 
 
-class PoolConfig(_Strict):
+class PoolConfig(ConfigModel):
     nodes: list[str]
     spares: list[str] = Field(default_factory=list)
 
 
-class ControllerConfig(_Strict):
+class ControllerConfig(ConfigModel):
     id: str = Field(min_length=1, description="This instance's name, unique among the controllers.")
     listen_address: str = "0.0.0.0"
     port: int = Field(8800, ge=1, le=65535)

@@ -22,22 +22,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from ha_ops.chaos import faults, runner
 from ha_ops.chaos.gameday import Condition
 from ha_ops.errors import SpecError
 from ha_ops.lab.cluster import Lab
 from ha_ops.spec.load import validation_problems
+from ha_ops.util.models import ConfigModel
 
 log = logging.getLogger(__name__)
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class Trigger(_Strict):
+class Trigger(ConfigModel):
     experiment: Path
     vars: dict[str, object] = Field(default_factory=dict)
 
@@ -48,13 +45,13 @@ class Check(Condition):
     after_manual: bool = Field(False, description="Checked once the manual steps ran (timed from then).")
 
 
-class ManualStep(_Strict):
+class ManualStep(ConfigModel):
     step: str
     run: str
     timeout_s: float = Field(60.0, gt=0)
 
 
-class Runbook(_Strict):
+class Runbook(ConfigModel):
     id: str
     title: str
     trigger: Trigger

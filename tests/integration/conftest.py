@@ -27,3 +27,15 @@ def lab() -> Iterator[Lab]:
     yield handle
     handle.down()
     assert leftovers(LAB_NAME) == []
+
+
+@pytest.fixture
+def clean_lab(lab: Lab) -> Iterator[None]:
+    """A test that injects faults starts from every node in service with fresh controllers, and leaves it so."""
+    from ha_ops.chaos import faults
+    from tests.labkit import reset_remediation
+
+    reset_remediation(lab)
+    yield
+    faults.cleanup(lab)
+    reset_remediation(lab)

@@ -6,7 +6,6 @@ import json
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,19 +14,11 @@ from ha_ops.chaos import faults
 from ha_ops.chaos.probes import reachable
 from ha_ops.lab.cluster import Lab
 from ha_ops.util.wait import wait_for
-from tests.labkit import REPO, reset_remediation
+from tests.labkit import REPO
 
-pytestmark = pytest.mark.lab
+pytestmark = [pytest.mark.lab, pytest.mark.usefixtures("clean_lab")]
 
 EXPERIMENTS = REPO / "chaos" / "experiments"
-
-
-@pytest.fixture(autouse=True)
-def clean(lab: Lab) -> Iterator[None]:
-    reset_remediation(lab)
-    yield
-    faults.cleanup(lab)
-    reset_remediation(lab)  # leave the lab as the next module expects it: every node in service
 
 
 def chaos(lab: Lab, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:

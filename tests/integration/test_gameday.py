@@ -5,28 +5,18 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from xml.etree import ElementTree as ET
 
 import pytest
 import yaml
 
-from ha_ops.chaos import faults
 from ha_ops.lab.cluster import Lab
-from tests.labkit import REPO, reset_remediation
+from tests.labkit import REPO
 
-pytestmark = pytest.mark.lab
+pytestmark = [pytest.mark.lab, pytest.mark.usefixtures("clean_lab")]
 
 PLAN = REPO / "chaos" / "gamedays" / "gpu.yaml"
-
-
-@pytest.fixture(autouse=True)
-def clean(lab: Lab) -> Iterator[None]:
-    reset_remediation(lab)
-    yield
-    faults.cleanup(lab)
-    reset_remediation(lab)  # leave the lab as the next module expects it: every node in service
 
 
 def gameday(lab: Lab, plan: Path, reports: Path) -> subprocess.CompletedProcess:

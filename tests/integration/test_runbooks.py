@@ -5,26 +5,16 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from ha_ops.chaos import faults
 from ha_ops.lab.cluster import Lab
-from tests.labkit import REPO, reset_remediation
+from tests.labkit import REPO
 
-pytestmark = pytest.mark.lab
+pytestmark = [pytest.mark.lab, pytest.mark.usefixtures("clean_lab")]
 
 RUNBOOK = REPO / "runbooks" / "gpu-failure.md"
-
-
-@pytest.fixture(autouse=True)
-def clean(lab: Lab) -> Iterator[None]:
-    reset_remediation(lab)
-    yield
-    faults.cleanup(lab)
-    reset_remediation(lab)  # leave the lab as the next module expects it: every node in service
 
 
 def verify(lab: Lab, path: Path) -> subprocess.CompletedProcess:
