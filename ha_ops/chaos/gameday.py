@@ -101,11 +101,13 @@ class FaultResult:
         return None if self.recovered_at is None or self.injected_at is None else self.recovered_at - self.injected_at
 
 
-def _watch(lab: str, fault: PlannedFault, result: FaultResult, stop: threading.Event, plan: GameDayPlan,
-           aborted: list[str]) -> None:  # fmt: skip
+def _watch(
+    handle: Lab, fault: PlannedFault, result: FaultResult, stop: threading.Event, plan: GameDayPlan, aborted: list[str]
+) -> None:
+    lab = handle.spec.name
     while not stop.is_set():
         now = time.time()
-        active = faults.active(Lab.from_state(lab)) if result.injected_at is None else []
+        active = faults.active(handle) if result.injected_at is None else []
         if active:
             # The journal records when the fault went in: detection is measured from there, not from this poll.
             result.injected_at = min(float(f.get("at", now)) for f in active)
@@ -128,7 +130,7 @@ def run_fault(plan: GameDayPlan, fault: PlannedFault, lab: Lab) -> FaultResult:
     result.timeline.append((result.started_at, "started"))
     experiment = runner.load_experiment(fault.experiment, lab.spec.name, fault.vars)
     stop, aborted = threading.Event(), []
-    watcher = threading.Thread(target=_watch, args=(lab.spec.name, fault, result, stop, plan, aborted), daemon=True)
+    watcher = threading.Thread(target=_watch, args=(lab, fault, result, stop, plan, aborted), daemon=True)
     watcher.start()
     try:
         journal = runner.run(experiment, lab)

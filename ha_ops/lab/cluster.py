@@ -440,7 +440,7 @@ def teardown(name: str, paths: LabPaths, progress: Progress = _no_progress) -> l
         # The lab is being destroyed: daemons get a short grace together, not one after another.
         process.terminate_all(live)
     # Anything else whose command line names this lab's folder was started by the lab (e.g. after a lost state).
-    for pid in _pids_naming(paths.root):
+    for pid in pids_naming(paths.root):
         process.signal_pid(pid, signal.SIGCONT)
         process.signal_pid(pid, signal.SIGKILL)
         process.wait_gone(pid, 2.0)
@@ -465,7 +465,8 @@ def netns_prefix(lab: str) -> str:
     return netns_name(lab, "")
 
 
-def _pids_naming(root: Path) -> list[int]:
+def pids_naming(root: Path) -> list[int]:
+    """Live processes (zombies aside) whose command line names a path under `root`: what a lab started."""
     needle = str(root).encode()
     pids = []
     for entry in Path("/proc").iterdir():
@@ -475,7 +476,7 @@ def _pids_naming(root: Path) -> list[int]:
             raw = (entry / "cmdline").read_bytes()
         except OSError:
             continue
-        if needle + b"/" in raw or raw.endswith(needle + b"\0"):
+        if (needle + b"/" in raw or raw.endswith(needle + b"\0")) and process.matches_any_state(int(entry.name)):
             pids.append(int(entry.name))
     return pids
 

@@ -12,8 +12,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from ha_ops.lab.netns import NETNS_DIR
-from ha_ops.util.proc import run
+from ha_ops.lab.netns import NETNS_DIR, pids_in
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +71,11 @@ def matches(pid: int | None, argv: Sequence[str], netns: str | None = None) -> b
     if _state(pid) in (None, "Z", "X"):
         return False
     return netns is None or in_netns(pid, netns)
+
+
+def matches_any_state(pid: int) -> bool:
+    """True if `pid` exists and is not a zombie (running, sleeping or stopped)."""
+    return _state(pid) not in (None, "Z", "X")
 
 
 def is_stopped(pid: int) -> bool:
@@ -140,10 +144,9 @@ def terminate_all(pids: list[int], grace: float = 1.5) -> None:
         wait_gone(pid, 2.0)
 
 
-def kill_all_in_netns(netns: str) -> list[int]:
+def kill_all_in_netns(netns_name: str) -> list[int]:
     """Last sweep of `lab down`: every process still living in a lab namespace was started by the lab."""
-    out = run(["ip", "netns", "pids", netns], check=False, timeout=5)
-    pids = [int(p) for p in out.stdout.split() if p.isdigit()]
+    pids = pids_in(netns_name)
     for pid in pids:
         signal_pid(pid, signal.SIGCONT)
         signal_pid(pid, signal.SIGKILL)

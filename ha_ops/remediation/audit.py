@@ -31,13 +31,34 @@ class AuditHead:
 class AuditLog:
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
+        # The head and the audited intents, read once and then kept up to date by append(); read again only when
+        # the file changed underneath (another controller appended), so a tick does not re-read the whole log.
+        self._seen: tuple[int, int] | None = None
+        self._head = AuditHead(0, GENESIS)
+        self._intents: set[str] = set()
+
+    def _signature(self) -> tuple[int, int]:
+        try:
+            st = self.path.stat()
+        except FileNotFoundError:
+            return (-1, 0)
+        return (st.st_size, st.st_mtime_ns)
+
+    def _load(self) -> None:
+        signature = self._signature()
+        if signature == self._seen:
+            return
+        head, intents = AuditHead(0, GENESIS), set()
+        for entry in self._entries():
+            head = AuditHead(int(entry["seq"]), str(entry["hash"]))
+            if entry.get("intent"):
+                intents.add(str(entry["intent"]))
+        self._head, self._intents, self._seen = head, intents, signature
 
     def head(self) -> AuditHead:
         """The last entry's seq and hash (seq 0 and the genesis hash for an empty log)."""
-        head = AuditHead(0, GENESIS)
-        for entry in self._entries():
-            head = AuditHead(int(entry["seq"]), str(entry["hash"]))
-        return head
+        self._load()
+        return self._head
 
     def _entries(self) -> list[dict[str, Any]]:
         """Readable entries; a line torn by a crash is skipped here (and reported by `verify`)."""
@@ -55,7 +76,8 @@ class AuditLog:
 
     def intents(self) -> set[str]:
         """Intent ids already audited: an action re-run after a failover is not written twice."""
-        return {str(e["intent"]) for e in self._entries() if e.get("intent")}
+        self._load()
+        return set(self._intents)
 
     def append(
         self,
@@ -91,7 +113,11 @@ class AuditLog:
             os.fsync(fd)
         finally:
             os.close(fd)
-        return AuditHead(entry["seq"], entry["hash"])
+        self._head = AuditHead(entry["seq"], entry["hash"])
+        if intent:
+            self._intents.add(intent)
+        self._seen = self._signature()
+        return self._head
 
 
 def verify(path: Path, expected_head: AuditHead | None = None) -> list[str]:

@@ -44,6 +44,7 @@ class Controller:
         self.audit = AuditLog(directory / "audit.jsonl")
         self.state: ControllerState | None = None
         self.token: int | None = None
+        self._saved = ""  # the state as last written by this controller
         self._lock = threading.RLock()
         self._stop = threading.Event()
         self._work = threading.Event()
@@ -84,7 +85,7 @@ class Controller:
         state = self.store.load()
         policy.init_state(state, self.config, self.clock())
         state.leading_since = self.clock()
-        self.token, self.state = token, state
+        self.token, self.state, self._saved = token, state, ""
         self._save()
         pending = len(state.pending())
         log.warning("%s is the leader (token %d); %d pending intent(s) to finish", self.config.id, token, pending)
@@ -94,7 +95,11 @@ class Controller:
         assert self.state is not None and self.token is not None
         head = self.audit.head()
         self.state.audit_seq, self.state.audit_hash = head.seq, head.hash
+        snapshot = self.state.model_dump_json()
+        if snapshot == self._saved:
+            return  # an idle tick changes nothing: no write, no fsync
         self.store.save(self.state, self.token)
+        self._saved = snapshot
 
     # --- inputs ---------------------------------------------------------------------------------------------
     def _decide(self, decide: Callable[[ControllerState, int], policy.Outcome]) -> dict[str, Any]:

@@ -244,3 +244,15 @@ def test_no_log_yet_with_a_state_at_seq_0_is_intact(tmp_path: Path) -> None:
 
     assert verify(tmp_path / "audit.jsonl", AuditHead(0, GENESIS)) == []
     assert verify(tmp_path / "audit.jsonl", AuditHead(3, "x" * 64)) != []
+
+
+def test_a_second_writer_is_seen_by_a_log_that_cached_its_head(tmp_path: Path) -> None:
+    from ha_ops.remediation.audit import AuditLog
+
+    path = tmp_path / "audit.jsonl"
+    mine, theirs = AuditLog(path), AuditLog(path)
+    mine.append(at=1.0, who="ctl1", what="drain", node="n1", why="x", intent="i1")
+    assert mine.head().seq == 1 and theirs.head().seq == 1
+    theirs.append(at=2.0, who="ctl2", what="resume", node="n1", why="y", intent="i2")
+    assert mine.head().seq == 2 and mine.intents() == {"i1", "i2"}
+    assert verify(path) == []
