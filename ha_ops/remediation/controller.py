@@ -247,6 +247,7 @@ class Controller:
                 stored.status, stored.result = status, result  # type: ignore[assignment]
                 if intent.id not in self.audit.intents():
                     what = f"dry-run {intent.kind}" if dry else intent.kind
+                    self.lease.check(token)  # a deposed leader writes no audit entry either
                     self.audit.append(
                         at=self.clock(),
                         who=self._who(token),
