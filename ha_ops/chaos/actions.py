@@ -10,6 +10,7 @@ from __future__ import annotations
 from ha_ops.chaos import faults, rollbacks
 from ha_ops.errors import LabError
 from ha_ops.lab.cluster import Lab
+from ha_ops.lab.node import LabNode
 
 __all__ = [
     "bandwidth_limit",
@@ -18,9 +19,11 @@ __all__ = [
     "freeze_service",
     "gpu_fault",
     "heal",
+    "kill_remediation_leader",
     "kill_service",
     "link_down",
     "link_up",
+    "monitoring_outage",
     "node_loss",
     "packet_loss",
     "partition",
@@ -40,6 +43,18 @@ def _lab(name: str) -> Lab:
     return Lab.from_state(name)
 
 
+def _target(handle: Lab, node: str, interface: str | None = None) -> LabNode:
+    """The node (and interface) a fault aims at, refused unless the lab's spec has it: nothing outside the cluster
+    is ever touched, and nothing is journaled for a bad target."""
+    if node == "host" or node not in {n.name for n in handle.ctx.layout.nodes}:
+        names = ", ".join(n.name for n in handle.ctx.layout.nodes)
+        raise LabError(f"refusing target {node!r}: not a node of cluster {handle.spec.name!r} (its spec has {names})")
+    target = handle.node(node)
+    if interface is not None and interface not in target.interfaces():
+        raise LabError(f"refusing target {node}/{interface}: {node} has {', '.join(target.interfaces())}")
+    return target
+
+
 def gpu_fault(
     node: str,
     gpu: int = 0,
@@ -54,7 +69,9 @@ def gpu_fault(
     if fault not in GPU_FAULTS:
         raise LabError(f"fault {fault!r} is not one of: {', '.join(GPU_FAULTS)}")
     handle = _lab(lab)
-    gpus = handle.node(node).gpus()
+    gpus = _target(handle, node).gpus()
+    if not 0 <= gpu < gpus.count():
+        raise LabError(f"refusing target {node} GPU{gpu}: {node} has {gpus.count()} GPUs")
     faults.record(handle, f"gpu:{node}:{gpu}", "clear_gpu", node=node, gpu=gpu)
     if fault == "xid":
         gpus.inject_xid(gpu, xid)
@@ -79,10 +96,14 @@ def clear_gpu_fault(node: str, gpu: int | None = None, lab: str = "lab") -> str:
     return f"cleared {node} GPU{'s' if gpu is None else gpu}"
 
 
-def _service_fault(node: str, service: str, lab: str, how: str) -> str:
+def _service_fault(node: str, service: str, lab: str, how: str, group: str | None = None) -> str:
     handle = _lab(lab)
-    faults.record(handle, f"service:{node}:{service}", "start_service", node=node, service=service)
-    getattr(handle.node(node), how)(service)
+    # The lab's one munged runs on the machine itself ("host"); every other target is a node of the spec.
+    target = handle.node(node) if (node, service) == ("host", "munged") else _target(handle, node)
+    if service not in target.services():
+        raise LabError(f"refusing target {node}/{service}: {node} runs {', '.join(target.services())}")
+    faults.record(handle, f"service:{node}:{service}", "start_service", group=group, node=node, service=service)
+    getattr(target, how)(service)
     return f"{how} {node}/{service}"
 
 
@@ -126,8 +147,9 @@ def restart_service(node: str, service: str, lab: str = "lab") -> str:
 def link_down(node: str, interface: str = "eth0", lab: str = "lab") -> str:
     """Take a link down (a host's uplink, or a switch port such as `to-spine1` on a leaf)."""
     handle = _lab(lab)
+    target = _target(handle, node, interface)
     faults.record(handle, f"link:{node}:{interface}", "link_up", node=node, interface=interface)
-    handle.node(node).link_down(interface)
+    target.link_down(interface)
     return f"{node} {interface} down"
 
 
@@ -139,8 +161,10 @@ def link_up(node: str, interface: str = "eth0", lab: str = "lab") -> str:
     return f"{node} {interface} up"
 
 
-def _chain(handle: Lab, node: str, chain: str, rules: list[tuple[str, str, list[str]]]) -> None:
-    faults.record(handle, f"filter:{node}:{chain}", "remove_filter", node=node, chain=chain)
+def _chain(
+    handle: Lab, node: str, chain: str, rules: list[tuple[str, str, list[str]]], group: str | None = None
+) -> None:
+    faults.record(handle, f"filter:{node}:{chain}", "remove_filter", group=group, node=node, chain=chain)
     tables = {table for table, _, _ in rules}
     for table in tables:
         rollbacks.in_netns(handle, node, "iptables", "-t", table, "-N", chain, check=False)
@@ -152,6 +176,7 @@ def _chain(handle: Lab, node: str, chain: str, rules: list[tuple[str, str, list[
 def silent_link_drop(node: str, interface: str = "eth0", lab: str = "lab") -> str:
     """The link stays up but every frame is dropped both ways: only BFD or timeouts notice."""
     handle = _lab(lab)
+    _target(handle, node, interface)
     _chain(
         handle,
         node,
@@ -166,6 +191,7 @@ def packet_loss(node: str, percent: float, interface: str = "eth0", lab: str = "
     if not 0 < percent <= 100:
         raise LabError(f"percent {percent} is not in (0, 100]")
     handle = _lab(lab)
+    _target(handle, node, interface)
     match = ["-i", interface, "-m", "statistic", "--mode", "random", "--probability", f"{percent / 100:.4f}"]
     _chain(handle, node, "HAO-LOSS", [("filter", "INPUT", match)])
     return f"{node} {interface}: {percent:g}% loss"
@@ -174,6 +200,7 @@ def packet_loss(node: str, percent: float, interface: str = "eth0", lab: str = "
 def bandwidth_limit(node: str, rate_mbit: float, interface: str = "eth0", lab: str = "lab") -> str:
     """Limit a link's outgoing bandwidth (tbf)."""
     handle = _lab(lab)
+    _target(handle, node, interface)
     faults.record(handle, f"qdisc:{node}:{interface}", "remove_qdisc", node=node, interface=interface)
     rollbacks.in_netns(handle, node, "tc", "qdisc", "replace", "dev", interface, "root", "tbf", "rate",
                        f"{rate_mbit:g}mbit", "burst", "32kbit", "latency", "400ms")  # fmt: skip
@@ -184,14 +211,14 @@ def partition(group_a: list[str], group_b: list[str], lab: str = "lab") -> str:
     """Cut every path between two groups of nodes (each side drops the other's addresses)."""
     handle = _lab(lab)
     address = {n.name: str(n.address) for n in handle.ctx.layout.nodes}
-    unknown = [n for n in group_a + group_b if n not in address]
-    if unknown:
-        raise LabError(f"unknown nodes {unknown}; the lab has {sorted(address)}")
+    for node in group_a + group_b:
+        _target(handle, node)
+    group = f"partition:{','.join(group_a)}|{','.join(group_b)}"
     for mine, theirs in ((group_a, group_b), (group_b, group_a)):
         for node in mine:
             rules = [("filter", "INPUT", ["-s", address[t]]) for t in theirs]
             rules += [("filter", "OUTPUT", ["-d", address[t]]) for t in theirs]
-            _chain(handle, node, "HAO-PART", rules)
+            _chain(handle, node, "HAO-PART", rules, group=group)
     return f"partitioned {group_a} from {group_b}"
 
 
@@ -210,8 +237,8 @@ def heal(node: str, lab: str = "lab") -> str:
 def node_loss(node: str, lab: str = "lab") -> str:
     """Lose a whole node: every service it runs killed, every link down."""
     handle = _lab(lab)
+    target = _target(handle, node)
     faults.record(handle, f"node:{node}", "restore_node", node=node)
-    target = handle.node(node)
     for service in target.services():
         target.kill(service)
     for interface in target.interfaces():
@@ -237,3 +264,21 @@ def storage_master_loss(lab: str = "lab") -> str:
     handle = _lab(lab)
     node = handle.state().storage_master or storage.master_node(handle.ctx)
     return kill_service(node, "mfsmaster", lab)
+
+
+def kill_remediation_leader(lab: str = "lab") -> str:
+    """SIGKILL whichever remediation controller leads now (the standby must take over)."""
+    from ha_ops.chaos.probes import remediation_leader
+
+    leader = remediation_leader(lab)
+    if leader == "none":
+        raise LabError("no remediation controller leads: nothing to kill")
+    return kill_service(leader, "controller", lab)
+
+
+def monitoring_outage(alertmanager: bool = False, lab: str = "lab") -> str:
+    """Prometheus dies (and Alertmanager too, with `alertmanager`): no scrapes, no alert rules, no alerts."""
+    handle = _lab(lab)
+    mon = handle.spec.monitoring.host.name
+    services = ["prometheus", "alertmanager"] if alertmanager else ["prometheus"]
+    return "; ".join(_service_fault(mon, s, lab, "kill", group="monitoring-outage") for s in services)

@@ -20,6 +20,20 @@ from ha_ops.util.atomic import write_atomic
 
 log = logging.getLogger(__name__)
 
+# The blast radius: how many faults may be active at once in a lab (all runs together, from the journal). A run
+# sets it from its plan or `--max-faults`; an action that would exceed it fails before it injects anything.
+_max_active = 1
+
+
+@contextmanager
+def limit(max_active: int) -> Iterator[None]:
+    global _max_active
+    before, _max_active = _max_active, max_active
+    try:
+        yield
+    finally:
+        _max_active = before
+
 
 def journal_path(lab: Lab) -> Path:
     return lab.paths.root / "chaos-faults.json"
@@ -39,11 +53,21 @@ def _locked(lab: Lab) -> Iterator[list[dict[str, Any]]]:
         os.close(fd)
 
 
-def record(lab: Lab, key: str, rollback: str, **arguments: Any) -> None:
-    """Remember that fault `key` is active and how to undo it (a function of ha_ops.chaos.rollbacks)."""
+def record(lab: Lab, key: str, rollback: str, group: str | None = None, **arguments: Any) -> None:
+    """Remember that fault `key` is active and how to undo it (a function of ha_ops.chaos.rollbacks). Entries with
+    the same `group` are one fault (a partition filters on every node of both sides). Refused (LabError) when the
+    fault would exceed the limit on concurrent faults."""
     with _locked(lab) as faults:
-        if not any(f["key"] == key for f in faults):
-            faults.append({"key": key, "rollback": rollback, "arguments": arguments, "at": time.time()})
+        if any(f["key"] == key for f in faults):
+            return
+        groups = {f.get("group") or f["key"] for f in faults}
+        if (group or key) not in groups and len(groups) >= _max_active:
+            raise LabError(
+                f"refusing fault {key}: {len(groups)} fault(s) already active ({', '.join(sorted(groups))}) and the "
+                f"limit is {_max_active} at once (max_concurrent_faults / --max-faults)"
+            )
+        entry = {"key": key, "rollback": rollback, "arguments": arguments, "at": time.time()}
+        faults.append({**entry, "group": group} if group else entry)
 
 
 def forget(lab: Lab, key: str) -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from ha_ops.errors import CommandTimeout
 from ha_ops.lab import monitoring
 from ha_ops.lab.cluster import Lab
 from ha_ops.lab.http import http_get
@@ -16,12 +17,20 @@ from ha_ops.lab.http import http_get
 __all__ = [
     "agent_verdict",
     "alert_firing",
+    "alertmanager_alert_active",
     "controller_phase",
+    "ecmp_paths",
+    "gpu_capacity_in_service",
     "job_ran_exactly_once",
+    "job_runs",
     "job_state",
+    "monitoring_outage_seen",
     "prometheus_query",
     "reachable",
+    "remediation_leader",
+    "remediation_lease_holder",
     "slurm_controller_responds",
+    "slurm_controller_status",
     "slurm_node_state",
     "slurm_nodes_in_service",
     "storage_health",
@@ -40,6 +49,43 @@ def slurm_controller_responds(lab: str = "lab") -> bool:
     """True when some slurmctld answers clients (sinfo succeeds within its timeout)."""
     handle = _lab(lab)
     return handle.node(_client(handle)).run(["sinfo", "-h"], check=False, timeout=15).ok
+
+
+def slurm_controller_status(host: str, lab: str = "lab") -> str:
+    """UP or DOWN: whether `host`'s slurmctld answers, as `scontrol ping` reports it (UNKNOWN if not listed)."""
+    handle = _lab(lab)
+    try:
+        out = handle.node(_client(handle)).run(["scontrol", "ping"], check=False, timeout=30).stdout
+    except CommandTimeout:
+        return "UNKNOWN"
+    for line in out.splitlines():  # "Slurmctld(primary) at ctl1 is UP"
+        words = line.split()
+        if len(words) >= 5 and words[2] == host:
+            return words[-1]
+    return "UNKNOWN"
+
+
+def job_runs(timeout_s: float = 20.0, lab: str = "lab") -> bool:
+    """True when a one-node job submitted now runs to completion within `timeout_s`: the scheduler really works."""
+    handle = _lab(lab)
+    partition = handle.spec.schedulers.slurm.partition if handle.spec.schedulers.slurm else "gpu"
+    argv = ["srun", "-p", partition, "-N", "1", "-t", "1", "-J", "ha-ops-probe", "true"]
+    try:
+        return handle.node(_client(handle)).run(argv, check=False, timeout=timeout_s).ok
+    except CommandTimeout:
+        return False
+
+
+def gpu_capacity_in_service(lab: str = "lab") -> bool:
+    """True when the main partition has at least as many nodes in service (idle, allocated, mixed) as the pools
+    have non-spare nodes: capacity holds, with spares standing in for nodes that are out."""
+    handle = _lab(lab)
+    wanted = sum(1 for n in handle.ctx.layout.nodes_with_role("gpu") if not n.spare)
+    partition = handle.spec.schedulers.slurm.partition if handle.spec.schedulers.slurm else "gpu"
+    out = handle.node(_client(handle)).run(["sinfo", "-h", "-N", "-p", partition, "-o", "%N|%T"], check=False,
+                                           timeout=15)  # fmt: skip
+    states = dict(line.split("|", 1) for line in out.stdout.split() if "|" in line) if out.ok else {}
+    return sum(1 for s in states.values() if s in ("idle", "allocated", "mixed")) >= wanted
 
 
 def slurm_node_state(node: str, lab: str = "lab") -> str:
@@ -81,6 +127,25 @@ def reachable(source: str, target: str, lab: str = "lab") -> bool:
     return handle.node(source).run(["ping", "-c", "1", "-W", "1", address], check=False, timeout=5).ok
 
 
+def ecmp_paths(node: str, target: str, lab: str = "lab") -> int:
+    """How many next hops `node` (a leaf) has in its most specific kernel route to `target`: the spines in use."""
+    from ha_ops.chaos.rollbacks import in_netns
+
+    handle = _lab(lab)
+    address = str(handle.ctx.layout.node(target).address)
+    out = in_netns(handle, node, "ip", "-j", "-4", "route", "show", "match", address, check=False)
+    routes = [r for r in (json.loads(out.stdout or "[]") if out.ok else []) if r.get("type", "unicast") == "unicast"]
+    if not routes:
+        return 0
+
+    def prefix(route: dict[str, Any]) -> int:
+        dst = route.get("dst", "default")
+        return -1 if dst == "default" else int(dst.split("/")[1]) if "/" in dst else 32
+
+    best = max(routes, key=prefix)
+    return len(best.get("nexthops", [])) or 1
+
+
 def prometheus_query(query: str, lab: str = "lab") -> list[dict[str, Any]]:
     """The instant vector of a PromQL query: [{"metric": {...}, "value": float}, ...]."""
     handle = _lab(lab)
@@ -100,6 +165,14 @@ def alert_firing(alertname: str, lab: str = "lab") -> bool:
     return any(a["labels"].get("alertname") == alertname and a["state"] == "firing" for a in alerts)
 
 
+def alertmanager_alert_active(alertname: str, lab: str = "lab") -> bool:
+    """True while Alertmanager holds the alert active (it may come from Prometheus or from the controller's watch)."""
+    handle = _lab(lab)
+    url = monitoring.alertmanager_url(handle.ctx) + "/api/v2/alerts?active=true"
+    _, body = http_get(handle.ctx.netns(handle.ctx.spec.monitoring.host.name), url, timeout=5)
+    return any(a["labels"].get("alertname") == alertname for a in json.loads(body))
+
+
 def agent_verdict(node: str, lab: str = "lab") -> str:
     """The agent's current verdict for a node (healthy, degraded, unhealthy, unknown), from its metrics."""
     handle = _lab(lab)
@@ -115,11 +188,43 @@ def agent_verdict(node: str, lab: str = "lab") -> str:
 
 def controller_phase(node: str, lab: str = "lab") -> str:
     """The remediation controller's phase for a node (healthy, cordoned, ..., returned), from its shared state."""
+    return _controller_state(lab).nodes[node].phase.value
+
+
+def _controller_state(lab: str) -> Any:
     from ha_ops.lab.controllers import state_dir
     from ha_ops.remediation.store import read_state
 
-    state = read_state(state_dir(_lab(lab).ctx) / "state.json")
-    return state.nodes[node].phase.value
+    return read_state(state_dir(_lab(lab).ctx) / "state.json")
+
+
+def remediation_leader(lab: str = "lab") -> str:
+    """The controller node whose /healthz says it leads, or "none" while no controller leads."""
+    from ha_ops.lab import controllers
+
+    handle = _lab(lab)
+    nodes = handle.ctx.layout.nodes_with_role("controller")
+    for node, url in zip(nodes, controllers.base_urls(handle.ctx), strict=False):
+        try:
+            status, body = http_get(handle.ctx.netns(node.name), url + "/healthz", timeout=1)
+        except Exception:
+            continue
+        if status == 200 and json.loads(body).get("leader"):
+            return node.name
+    return "none"
+
+
+def remediation_lease_holder(lab: str = "lab") -> str:
+    """Who holds the controllers' lease on the shared storage (changes when a standby takes over)."""
+    from ha_ops.lab.controllers import state_dir
+
+    path = state_dir(_lab(lab).ctx) / "lease.json"
+    return str(json.loads(path.read_text()).get("holder", "")) if path.exists() else ""
+
+
+def monitoring_outage_seen(lab: str = "lab") -> bool:
+    """True while the remediation controller's watch finds Prometheus down."""
+    return _controller_state(lab).monitoring_down_since is not None
 
 
 def storage_health(lab: str = "lab") -> dict[str, Any]:

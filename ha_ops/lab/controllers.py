@@ -33,6 +33,8 @@ def base_urls(ctx: LabContext) -> list[str]:
 
 
 def render_config(ctx: LabContext, node: str) -> dict:
+    from ha_ops.lab import monitoring  # monitoring's Alertmanager needs this module's base_urls
+
     rem = ctx.spec.remediation
     assert rem is not None
     slurm = ctx.spec.schedulers.slurm
@@ -61,6 +63,16 @@ def render_config(ctx: LabContext, node: str) -> dict:
             "opt_out": list(rem.opt_out),
         },
         "ladder": LAB_LADDER,
+        "node_poll_s": 1.0,
+        "agent_silence_s": 10.0,  # the lab's agents report every 5 s
+        # Lab nodes share one process namespace: fence exactly this node's slurmctld, through its own pid file.
+        "slurm_fence": {"after_s": 8.0, "command": f"kill -KILL $(cat {NODE_DIR / 'slurmctld.pid'})"},
+        "monitoring": {
+            "prometheus_url": monitoring.prometheus_url(ctx),
+            "alertmanager_url": monitoring.alertmanager_url(ctx),
+            "poll_s": 1.0,
+            "fail_after": 2,
+        },
         "access": {
             "ssh_user": "root",
             "ssh_key": str(client_key(ctx)),

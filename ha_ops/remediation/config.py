@@ -47,6 +47,26 @@ class NodeAccess(ConfigModel):
     boot_wait_s: float = Field(600.0, ge=0, description="After a reboot, how long the node may take to answer ssh.")
 
 
+class MonitoringWatch(ConfigModel):
+    """The controller watches the monitoring it otherwise depends on: a dead man's switch for Prometheus."""
+
+    prometheus_url: str = Field(description="Prometheus base URL; `/-/healthy` is polled.")
+    alertmanager_url: str | None = Field(None, description="Where HaOpsPrometheusDown is raised.")
+    poll_s: float = Field(2.0, gt=0)
+    fail_after: int = Field(2, ge=1, description="Failed polls in a row before monitoring counts as down.")
+
+
+class SlurmFence(ConfigModel):
+    """Fencing a hung Slurm primary. A frozen slurmctld still accepts connections, so Slurm's clients keep waiting
+    on it (MessageTimeout) and never reach the backup that took over; killing the hung one sends them there."""
+
+    enabled: bool = True
+    after_s: float = Field(
+        20.0, gt=0, description="The primary DOWN and the backup UP for this long (> SlurmctldTimeout) before fencing."
+    )
+    command: str = Field("pkill -KILL -x slurmctld", description="Run on the hung primary's host over ssh.")
+
+
 class PoolConfig(ConfigModel):
     nodes: list[str]
     spares: list[str] = Field(default_factory=list)
@@ -68,6 +88,12 @@ class ControllerConfig(ConfigModel):
     ladder: Ladder = Ladder()
     access: NodeAccess = NodeAccess()
     slurm_timeout_s: float = 10.0
+    node_poll_s: float = Field(2.0, gt=0, description="How often Slurm's node states are read (lost nodes).")
+    agent_silence_s: float = Field(
+        30.0, gt=0, description="No agent report for this long, and Slurm finds the node not responding: it is lost."
+    )
+    monitoring: MonitoringWatch | None = None
+    slurm_fence: SlurmFence = SlurmFence()
     report_fresh_s: float = Field(
         30.0, gt=0, description="An agent report younger than this outranks an Alertmanager alert about the node."
     )

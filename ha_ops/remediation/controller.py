@@ -21,12 +21,13 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from ha_ops.health.report import AgentReport
-from ha_ops.remediation import policy
+from ha_ops.remediation import monitoring_watch, policy
 from ha_ops.remediation.audit import AuditLog
 from ha_ops.remediation.config import ControllerConfig
 from ha_ops.remediation.executor import Executor
 from ha_ops.remediation.lease import Lease, LeaseLost
 from ha_ops.remediation.model import ControllerState, Intent, NodePhase
+from ha_ops.remediation.slurm_fence import FenceWatch
 from ha_ops.remediation.store import StateStore
 
 log = logging.getLogger(__name__)
@@ -48,6 +49,9 @@ class Controller:
         self._lock = threading.RLock()
         self._stop = threading.Event()
         self._work = threading.Event()
+        self._fresh_states: dict[str, str] = {}  # from the node-state poller, consumed by the next tick
+        self.monitoring_fails = 0
+        self.fence = FenceWatch(config.slurm_fence.after_s)
         self.registry = CollectorRegistry()
         self.registry.register(_Metrics(self))
 
@@ -166,17 +170,18 @@ class Controller:
 
     def _views(self) -> dict[str, policy.NodeView]:
         assert self.state is not None
+        jobs: dict[str, list[str]] = {}
         # A cordoned node may become draining (and then drained) within this very tick: it needs its jobs too.
         out = (NodePhase.CORDONED, NodePhase.DRAINING)
-        interesting = any(r.phase in out or (r.spare and r.in_main) for r in self.state.nodes.values())
-        if not interesting:
-            return {}
-        jobs: dict[str, list[str]] = {}
-        for job in self.executor.slurm.jobs():
-            if job.state in ("RUNNING", "CONFIGURING", "COMPLETING"):
-                for node in job.nodes:
-                    jobs.setdefault(node, []).append(job.id)
-        return {name: policy.NodeView(jobs=tuple(ids)) for name, ids in jobs.items()}
+        if any(r.phase in out or (r.spare and r.in_main) for r in self.state.nodes.values()):
+            for job in self.executor.slurm.jobs():
+                if job.state in ("RUNNING", "CONFIGURING", "COMPLETING"):
+                    for node in job.nodes:
+                        jobs.setdefault(node, []).append(job.id)
+        with self._lock:
+            states, self._fresh_states = self._fresh_states, {}  # each poll's states are acted on once
+        names = set(jobs) | set(states)
+        return {n: policy.NodeView(state=states.get(n, ""), jobs=tuple(jobs.get(n, ()))) for n in names}
 
     def tick(self) -> None:
         if not self.is_leader:
@@ -266,6 +271,78 @@ class Controller:
             self.lease_step()
             self._stop.wait(self.config.lease_renew_s if self.is_leader else min(0.5, self.config.lease_renew_s))
 
+    def _node_state_loop(self) -> None:
+        """Slurm's node states, read apart from the tick: a hung slurmctld must not stall the decisions."""
+        while not self._stop.wait(self.config.node_poll_s):
+            if not self.is_leader:
+                continue
+            try:
+                states = self.executor.slurm.node_states()
+            except Exception as exc:
+                log.warning("cannot read Slurm's node states: %s", exc)
+                continue
+            with self._lock:
+                self._fresh_states = states
+            self._work.set()
+
+    def _fence_loop(self) -> None:
+        """Watch the Slurm controllers (each ping may take a MessageTimeout per hung controller: its own thread)."""
+        while not self._stop.wait(self.config.node_poll_s):
+            if not self.is_leader:
+                continue
+            try:
+                self._fence_step(self.executor.slurm.controllers())
+            except LeaseLost:
+                continue
+            except Exception as exc:
+                log.warning("cannot check the Slurm controllers: %s", exc)
+
+    def _fence_step(self, controllers: list[tuple[str, str]]) -> None:
+        host = self.fence.observe(controllers, self.clock())
+        token = self.token
+        if host is None or token is None:
+            return
+        self.lease.check(token)  # only the leader fences, and a deposed one must not
+        why = f"slurmctld on {host} has not answered for {self.config.slurm_fence.after_s:g} s while a backup is UP"
+        log.error("fencing the hung Slurm primary: %s", why)
+        try:
+            result = self.executor.node_ops.run_command(host, self.config.slurm_fence.command)
+            outcome = "fenced" if result.ok else f"fence command failed: exit {result.returncode}"
+        except Exception as exc:
+            outcome = f"fence failed: {exc}"
+        with self._lock:
+            if self.token != token:
+                return
+            self.audit.append(at=self.clock(), who=self._who(token), what="fence_slurmctld", node=host, why=why,
+                              before="DOWN (hung)", after=outcome)  # fmt: skip
+            self._save()
+
+    def _monitoring_loop(self) -> None:
+        """A dead man's switch for the monitoring: while Prometheus does not answer, the leader records it (state,
+        metric, status) and raises HaOpsPrometheusDown on Alertmanager, which Prometheus can no longer do."""
+        watch = self.config.monitoring
+        assert watch is not None
+        while not self._stop.wait(watch.poll_s):
+            healthy = monitoring_watch.prometheus_healthy(watch)
+            self.monitoring_fails = 0 if healthy else self.monitoring_fails + 1
+            if not self.is_leader:
+                continue
+            down = self.monitoring_fails >= watch.fail_after
+            with self._lock:
+                if self.state is None or self.token is None:
+                    continue
+                was = self.state.monitoring_down_since
+                if down and was is None:
+                    self.state.monitoring_down_since = self.clock()
+                    log.error("Prometheus has not answered %d polls: monitoring is down", self.monitoring_fails)
+                elif not down and was is not None:
+                    self.state.monitoring_down_since = None
+                    log.warning("Prometheus answers again after %.0f s", self.clock() - was)
+                self._save()
+                since = self.state.monitoring_down_since
+            if since is not None:
+                monitoring_watch.raise_alert(watch, self.config.id, since)
+
     def stop(self) -> None:
         self._stop.set()
         self._work.set()
@@ -280,6 +357,11 @@ class Controller:
         threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
         lease_thread = threading.Thread(target=self._lease_loop, name="lease", daemon=True)
         lease_thread.start()
+        threading.Thread(target=self._node_state_loop, name="node-states", daemon=True).start()
+        if self.config.slurm_fence.enabled:
+            threading.Thread(target=self._fence_loop, name="slurm-fence", daemon=True).start()
+        if self.config.monitoring is not None:
+            threading.Thread(target=self._monitoring_loop, name="monitoring", daemon=True).start()
         log.warning("controller %s listening on %s:%d", self.config.id, self.config.listen_address, self.config.port)
         try:
             while not self._stop.is_set():
@@ -347,6 +429,12 @@ class _Metrics(Collector):
         for alert in state.storage_alerts:
             storage_alerts.add_metric([alert], 1.0)
         yield storage_alerts
+        yield _single(
+            "ha_ops_controller_monitoring_down",
+            "1 while the controller finds Prometheus down",
+            {"id": c.config.id},
+            float(state.monitoring_down_since is not None),
+        )
         replace = GaugeMetricFamily(
             "ha_ops_controller_needs_replacement", "1 for nodes held for replacement", labels=["node"]
         )

@@ -21,6 +21,8 @@ class NodeOps(Protocol):
 
     def validate(self, node: str) -> CommandResult: ...
 
+    def run_command(self, node: str, command: str) -> CommandResult: ...
+
 
 class ActionFailed(Exception):
     """The action ran and did not succeed; the message says why (kept in the intent's result)."""

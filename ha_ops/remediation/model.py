@@ -65,6 +65,8 @@ class NodeRecord(BaseModel):
     opt_out: bool = False
     last_report: LastReport | None = None
     spare_for: str | None = None  # for a spare in service: the node it stands in for
+    slurm_state: str = ""  # as Slurm last reported it
+    lost: bool = False  # found lost at the last node-state poll (acted on when it becomes true)
 
 
 IntentKind = Literal[
@@ -107,6 +109,7 @@ class ControllerState(BaseModel):
     deferred: dict[str, str] = Field(default_factory=dict)  # node -> why a cordon was held back (rate, capacity)
     leading_since: float = 0.0  # when the current leader took over
     storage_alerts: dict[str, float] = Field(default_factory=dict)  # firing storage alerts -> since when
+    monitoring_down_since: float | None = None  # when the controller's watch found Prometheus down
 
     def pending(self) -> list[Intent]:
         return [i for i in self.intents if i.status == "pending"]

@@ -41,6 +41,9 @@ class SshNodeOps:
     def reboot(self, node: str) -> CommandResult:
         return self._run(node, self.access.reboot_command.format(node=node))
 
+    def run_command(self, node: str, command: str) -> CommandResult:
+        return self._run(node, command)
+
     def validate(self, node: str) -> CommandResult:
         """Run the validation, first waiting (up to `boot_wait_s`) for a node that is still rebooting to answer."""
         deadline = time.monotonic() + self.access.boot_wait_s

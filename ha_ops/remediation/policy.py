@@ -8,7 +8,10 @@ Per node (see model.NodePhase):
   a failure or a timeout climbs one rung; `replace` holds the node out until a person reports it repaired;
 - a node that fails again on probation, or that flapped `max_flaps` times within the flap window, starts higher:
   a flapping GPU climbs the ladder instead of looping through drain and resume;
-- spares leave the main partition again once the node they stood in for is back and they are idle.
+- spares leave the main partition again once the node they stood in for is back and they are idle;
+- a lost node (Slurm marks it DOWN, or not responding while its agent is silent) is taken out like an unhealthy one,
+  starting at the reboot rung; the safety gate still applies, so a Slurm glitch that marks many nodes down trips
+  the breaker.
 """
 
 from __future__ import annotations
@@ -250,12 +253,34 @@ def _start_rung(state: ControllerState, rec: NodeRecord, rung: Rung, now: float,
     out.intents.append(_intent(state, rec, "validate", f"after {rung.value}", now, token, rung=rung.value))
 
 
+def node_lost(slurm_state: str, agent_silent: bool) -> bool:
+    """Slurm's DOWN (`down`, `down*`, ...), or not responding (`idle*`, ...) while the node's agent is silent too: a
+    lost node. Two witnesses for the second case, because a busy slurmd can miss a ping."""
+    state = slurm_state.lower()
+    return state.startswith("down") or (state.endswith("*") and agent_silent)
+
+
 def on_tick(
     state: ControllerState, views: dict[str, NodeView], config: ControllerConfig, now: float, token: int
 ) -> Outcome:
     out = Outcome()
     ladder = config.ladder
     _retry_deferred(state, config, now, token, out)
+    for rec in state.nodes.values():
+        slurm_state = views.get(rec.name, NodeView()).state
+        if not slurm_state:
+            continue  # no fresh node states this tick
+        silent = rec.last_report is None or now - rec.last_report.at > config.agent_silence_s
+        lost = node_lost(slurm_state, silent)
+        # Act when a node is found lost (or again while its cordon waits for the rate limit), not on every poll: a
+        # refused cordon (breaker open) is not retried and logged forever.
+        newly_lost = lost and (not rec.lost or rec.name in state.deferred)
+        rec.slurm_state, rec.lost = slurm_state, lost
+        if newly_lost and not rec.phase.out_of_service:
+            why = f"lost: Slurm reports it {slurm_state}" + (", its agent is silent" if silent else "")
+            taken = take_out_of_service(state, rec, why, "reboot_node", [], config, now, token)
+            out.intents += taken.intents
+            out.notes += taken.notes + ([taken.ignored] if taken.ignored else [])
     for rec in state.nodes.values():
         view = views.get(rec.name, NodeView())
         drain = _episode_done(state, rec, "drain") if rec.phase == NodePhase.CORDONED else None

@@ -106,6 +106,26 @@ class Slurm:
             jobs.append(SlurmJob(job_id, state, tuple(expand_hostlist(nodes)) if nodes else (), name))
         return jobs
 
+    def node_states(self) -> dict[str, str]:
+        """Every node's state in one call, lower case as sinfo prints it (idle, down*, drained, ...)."""
+        states: dict[str, str] = {}
+        for line in self._run(["sinfo", "-h", "-N", "-o", "%N|%T"]).stdout.splitlines():
+            name, sep, state = line.strip().partition("|")
+            if sep:
+                states[name] = state  # a node in two partitions is listed twice, with one state
+        return states
+
+    def controllers(self, timeout: float = 30.0) -> list[tuple[str, str]]:
+        """[(host, "UP" | "DOWN"), ...] in SlurmctldHost order (primary first), from `scontrol ping`. One attempt,
+        with a longer timeout: a hung controller costs the ping a whole MessageTimeout before it asks the next."""
+        out = self.transport.run(["scontrol", "ping"], timeout=timeout, check=False).stdout
+        found = []
+        for line in out.splitlines():  # "Slurmctld(primary) at ctl1 is UP"
+            words = line.split()
+            if len(words) >= 5 and words[0].startswith("Slurmctld(") and words[1] == "at":
+                found.append((words[2], words[-1]))
+        return found
+
     def jobs_on(self, node: str) -> list[SlurmJob]:
         return [j for j in self.jobs() if node in j.nodes]
 

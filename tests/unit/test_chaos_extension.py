@@ -18,13 +18,16 @@ def test_discovered_activities_are_exactly_these() -> None:
     assert activities == {
         *(("action", n) for n in (
             "bandwidth_limit", "chunkserver_loss", "clear_gpu_fault", "freeze_service", "gpu_fault", "heal",
-            "kill_service", "link_down", "link_up", "node_loss", "packet_loss", "partition", "restart_service",
+            "kill_remediation_leader", "kill_service", "link_down", "link_up", "monitoring_outage", "node_loss",
+            "packet_loss", "partition", "restart_service",
             "silent_link_drop", "slurm_primary_failover", "start_service", "stop_service", "storage_master_loss",
             "thaw_service")),
         *(("probe", n) for n in (
-            "agent_verdict", "alert_firing", "controller_phase", "job_ran_exactly_once", "job_state",
-            "prometheus_query", "reachable", "slurm_controller_responds", "slurm_node_state",
-            "slurm_nodes_in_service", "storage_health")),
+            "agent_verdict", "alert_firing", "alertmanager_alert_active", "controller_phase", "ecmp_paths",
+            "gpu_capacity_in_service", "job_ran_exactly_once", "job_runs", "job_state", "monitoring_outage_seen",
+            "prometheus_query", "reachable", "remediation_leader", "remediation_lease_holder",
+            "slurm_controller_responds", "slurm_controller_status", "slurm_node_state", "slurm_nodes_in_service",
+            "storage_health")),
     }  # fmt: skip
 
 

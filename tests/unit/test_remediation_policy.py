@@ -593,3 +593,50 @@ def test_storage_alerts_are_recorded_and_never_cordon() -> None:
     assert all(r.phase.value == "healthy" for r in state.nodes.values())
     policy.on_alert(state, {**firing, "status": "resolved"}, config, 110.0, 1)
     assert state.storage_alerts == {}
+
+
+# --- lost nodes (Slurm DOWN) ------------------------------------------------------------------------------------
+
+
+def test_a_node_slurm_marks_down_is_taken_out_at_the_reboot_rung_with_a_spare() -> None:
+    sim = Sim()
+    sim.tick({"n1": NodeView(state="idle")})
+    out = sim.tick({"n1": NodeView(state="down*")})
+    assert kinds(out) == [("drain", "n1"), ("spare_in", "s1"), ("requeue_jobs", "n1")]
+    assert sim.node().phase == NodePhase.CORDONED and sim.node().rung == Rung.REBOOT_NODE
+    assert "down*" in sim.node().reason
+
+
+def test_a_down_node_is_acted_on_once_not_on_every_poll() -> None:
+    sim = Sim(make_config(breaker_max_nodes=1, breaker_max_fraction=0.1))
+    sim.tick({"n2": NodeView(state="idle")})
+    sim.take_out()  # n1 uses the breaker's only cordon
+    first = sim.tick({"n2": NodeView(state="down")})
+    assert all(i.node != "n2" for i in first.intents) and any("n2 not cordoned" in n for n in first.notes)
+    again = sim.tick({"n2": NodeView(state="down")})
+    assert all(i.node != "n2" for i in again.intents) and not any("n2" in n for n in again.notes)
+
+
+def test_ticks_without_fresh_node_states_change_nothing() -> None:
+    sim = Sim()
+    sim.tick({"n1": NodeView(state="down")})
+    assert sim.node().phase == NodePhase.CORDONED
+    sim.finish()
+    sim.tick({"n1": NodeView(jobs=())})  # jobs only: no state read this tick
+    assert sim.node().slurm_state == "down"
+
+
+@pytest.mark.parametrize("state", ["idle", "allocated", "mixed", "drained", "completing"])
+def test_states_other_than_down_are_not_lost(state: str) -> None:
+    sim = Sim()
+    assert sim.tick({"n1": NodeView(state=state)}).intents == []
+    assert sim.node().phase == NodePhase.HEALTHY
+
+
+def test_not_responding_is_lost_only_once_the_agent_is_silent_too() -> None:
+    sim = Sim()
+    sim.report(report(state="healthy"))
+    assert sim.tick({"n1": NodeView(state="idle*")}).intents == []  # the agent just reported: a missed ping
+    sim.advance(sim.config.agent_silence_s + 1)
+    out = sim.tick({"n1": NodeView(state="idle*")})
+    assert ("drain", "n1") in kinds(out) and "agent is silent" in sim.node().reason
