@@ -46,8 +46,9 @@ def _lab(name: str) -> Lab:
 def _target(handle: Lab, node: str, interface: str | None = None) -> LabNode:
     """The node (and interface) a fault aims at, refused unless the lab's spec has it: nothing outside the cluster
     is ever touched, and nothing is journaled for a bad target."""
-    if node == "host" or node not in {n.name for n in handle.ctx.layout.nodes}:
-        names = ", ".join(n.name for n in handle.ctx.layout.nodes)
+    names_in_spec = list(handle.state().nodes)  # hosts and switches, as built from the spec
+    if node == "host" or node not in names_in_spec:
+        names = ", ".join(names_in_spec)
         raise LabError(f"refusing target {node!r}: not a node of cluster {handle.spec.name!r} (its spec has {names})")
     target = handle.node(node)
     if interface is not None and interface not in target.interfaces():
@@ -234,16 +235,14 @@ def heal(node: str, lab: str = "lab") -> str:
     return f"healed {node}"
 
 
-def node_loss(node: str, lab: str = "lab") -> str:
-    """Lose a whole node: every service it runs killed, every link down."""
+def node_loss(node: str, permanent: bool = False, lab: str = "lab") -> str:
+    """Lose a whole node (power loss): every process on it killed, services and jobs alike, every link down.
+    `permanent`: broken hardware, which the remediation controller's power cycle does not bring back."""
     handle = _lab(lab)
     target = _target(handle, node)
     faults.record(handle, f"node:{node}", "restore_node", node=node)
-    for service in target.services():
-        target.kill(service)
-    for interface in target.interfaces():
-        target.link_down(interface)
-    return f"lost {node}"
+    target.power_off(permanently=permanent)
+    return f"lost {node}" + (" (permanently)" if permanent else "")
 
 
 def slurm_primary_failover(lab: str = "lab") -> str:

@@ -12,13 +12,14 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from xml.etree import ElementTree as ET
 
 import yaml
-from pydantic import Field
+from pydantic import BeforeValidator, Field, field_validator
 
-from ha_ops.chaos import faults, probes, runner
+from ha_ops.chaos import faults, probes, runner, workload
+from ha_ops.chaos.workload import Workload
 from ha_ops.errors import SpecError
 from ha_ops.lab.cluster import Lab
 from ha_ops.util.models import ConfigModel
@@ -27,31 +28,80 @@ from ha_ops.util.yamlconfig import load_model
 log = logging.getLogger(__name__)
 
 
+_UNSET: Any = object()
+
+
 class Condition(ConfigModel):
-    """A probe of ha_ops.chaos.probes and the value it must have (or must not have, with `negate`)."""
+    """A probe of ha_ops.chaos.probes and the value it must have (or must not have, with `negate`; or, with
+    `changed`, any value other than the one it had before the fault)."""
 
     probe: str
     arguments: dict[str, Any] = Field(default_factory=dict)
+    key: str | None = Field(None, description="For a probe that answers a mapping: the entry to compare.")
     equals: Any = True
     negate: bool = False
+    changed: bool = Field(False, description="Holds once the value differs from its value before the fault.")
 
-    def holds(self, lab: str) -> bool:
-        if self.probe not in probes.__all__:
-            raise SpecError("gameday", [f"condition probe {self.probe!r} is not one of {', '.join(probes.__all__)}"])
+    @field_validator("probe")
+    @classmethod
+    def _known_probe(cls, probe: str) -> str:
+        if probe not in probes.__all__:
+            raise ValueError(f"{probe!r} is not one of {', '.join(probes.__all__)}")
+        return probe
+
+    def value(self, lab: str) -> Any:
+        value = getattr(probes, self.probe)(**self.arguments, lab=lab)
+        return value[self.key] if self.key is not None else value
+
+    def holds(self, lab: str, baseline: Any = _UNSET) -> bool:
         try:
-            value = getattr(probes, self.probe)(**self.arguments, lab=lab)
+            value = self.value(lab)
         except Exception as exc:  # a probe that cannot answer is "not yet"
             log.debug("probe %s: %s", self.probe, exc)
             return False
+        if self.changed:
+            return baseline is not _UNSET and value != baseline
         return (value != self.equals) if self.negate else (value == self.equals)
+
+    def describe(self) -> str:
+        args = ", ".join(f"{k}={v}" for k, v in self.arguments.items())
+        test = "changed" if self.changed else f"{'!=' if self.negate else '=='} {self.equals}"
+        return f"{self.probe}({args})" + (f"[{self.key}]" if self.key else "") + f" {test}"
+
+
+def _as_list(value: Any) -> Any:
+    return value if isinstance(value, list) else [value]
+
+
+# One condition, or a list that must all hold.
+Conditions = Annotated[list[Condition], BeforeValidator(_as_list), Field(min_length=1)]
+
+
+def all_hold(conditions: list[Condition], lab: str, baselines: dict[int, Any] | None = None) -> bool:
+    return all(c.holds(lab, (baselines or {}).get(i, _UNSET)) for i, c in enumerate(conditions))
+
+
+def baselines_of(conditions: list[Condition], lab: str) -> dict[int, Any]:
+    """The values before the fault, for the conditions that wait for a change."""
+    found = {}
+    for i, c in enumerate(conditions):
+        if c.changed:
+            try:
+                found[i] = c.value(lab)
+            except Exception as exc:
+                log.warning("no value before the fault for %s: %s", c.describe(), exc)
+    return found
 
 
 class PlannedFault(ConfigModel):
     name: str
     experiment: Path
     vars: dict[str, Any] = Field(default_factory=dict)
-    detect: Condition
-    recover: Condition
+    detect: Conditions = Field(description="The system noticed the fault (first alert, finding or takeover).")
+    recover: Conditions = Field(description="The steady state is back (checked once detected).")
+    recover_while_faulted: bool = Field(
+        False, description="Recovery must come while the fault lasts, not from the experiment's rollback."
+    )
     timeout_s: float = Field(60.0, gt=0)
 
 
@@ -64,6 +114,11 @@ class GameDayPlan(ConfigModel):
     lab: str = "lab"
     limits: Limits = Limits()
     abort_when: list[Condition] = Field(default_factory=list, description="Stop the game day if any holds.")
+    steady: list[Condition] = Field(
+        default_factory=list, description="Waited for before each fault: the cluster is whole again."
+    )
+    settle_timeout_s: float = Field(120.0, gt=0)
+    workload: Workload | None = Field(None, description="Jobs run through each fault: lost or run twice fails it.")
     pause_between_s: float = Field(3.0, ge=0)
     faults: list[PlannedFault] = Field(min_length=1)
 
@@ -91,6 +146,8 @@ class FaultResult:
     experiment_status: str = ""
     deviated: bool | None = None
     timeline: list[tuple[float, str]] = field(default_factory=list)
+    rolled_back_at: float | None = None
+    jobs: dict[str, Any] | None = None
 
     @property
     def time_to_detect(self) -> float | None:
@@ -102,48 +159,99 @@ class FaultResult:
 
 
 def _watch(
-    handle: Lab, fault: PlannedFault, result: FaultResult, stop: threading.Event, plan: GameDayPlan, aborted: list[str]
+    handle: Lab,
+    fault: PlannedFault,
+    result: FaultResult,
+    stop: threading.Event,
+    plan: GameDayPlan,
+    aborted: list[str],
+    baselines: tuple[dict[int, Any], dict[int, Any]],
 ) -> None:
     lab = handle.spec.name
     while not stop.is_set():
-        now = time.time()
         active = faults.active(handle) if result.injected_at is None else []
         if active:
             # The journal records when the fault went in: detection is measured from there, not from this poll.
-            result.injected_at = min(float(f.get("at", now)) for f in active)
+            result.injected_at = min(float(f.get("at", time.time())) for f in active)
             result.timeline.append((result.injected_at, "fault injected"))
-        if result.injected_at is not None and result.detected_at is None and fault.detect.holds(lab):
-            result.detected_at = now
-            result.timeline.append((now, "detected"))
-        if result.detected_at is not None and result.recovered_at is None and fault.recover.holds(lab):
-            result.recovered_at = now
-            result.timeline.append((now, "recovered"))
+        if result.injected_at is not None and result.detected_at is None and all_hold(fault.detect, lab, baselines[0]):
+            result.detected_at = time.time()
+            result.timeline.append((result.detected_at, "detected"))
+        if (
+            result.detected_at is not None
+            and result.recovered_at is None
+            and all_hold(fault.recover, lab, baselines[1])
+        ):
+            result.recovered_at = time.time()
+            result.timeline.append((result.recovered_at, "recovered"))
         for condition in plan.abort_when:
             if condition.holds(lab):
-                aborted.append(f"abort condition {condition.probe}{condition.arguments} holds")
+                aborted.append(f"abort condition {condition.describe()} holds")
                 stop.set()
         stop.wait(0.2)
+
+
+def _settle(plan: GameDayPlan, lab: Lab) -> str:
+    """Wait for the plan's steady state; '' once it holds, else what does not hold."""
+    deadline = time.time() + plan.settle_timeout_s
+    while True:
+        failing = [c.describe() for c in plan.steady if not c.holds(lab.spec.name)]
+        if not failing:
+            return ""
+        if time.time() >= deadline:
+            return ", ".join(failing)
+        time.sleep(0.5)
 
 
 def run_fault(plan: GameDayPlan, fault: PlannedFault, lab: Lab) -> FaultResult:
     result = FaultResult(fault.name, started_at=time.time())
     result.timeline.append((result.started_at, "started"))
     experiment = runner.load_experiment(fault.experiment, lab.spec.name, fault.vars)
+    unsettled = _settle(plan, lab)
+    if unsettled:
+        result.ended_at = time.time()
+        result.why = f"the steady state did not return before the fault ({unsettled})"
+        return result
+    result.timeline.append((time.time(), "steady"))
+    baselines = (baselines_of(fault.detect, lab.spec.name), baselines_of(fault.recover, lab.spec.name))
+    jobs: list[str] = []
+    job_dir = lab.paths.shared / "gameday" / f"{int(result.started_at)}-{_slug(fault.name)}"
+    if plan.workload and plan.workload.jobs:
+        jobs = workload.submit(lab, job_dir, plan.workload)
+        result.timeline.append((time.time(), f"{len(jobs)} jobs submitted"))
     stop, aborted = threading.Event(), []
-    watcher = threading.Thread(target=_watch, args=(lab, fault, result, stop, plan, aborted), daemon=True)
+    watcher = threading.Thread(target=_watch, args=(lab, fault, result, stop, plan, aborted, baselines), daemon=True)
     watcher.start()
     try:
         journal = runner.run(experiment, lab)
+        result.rolled_back_at = time.time()
+        result.timeline.append((result.rolled_back_at, "fault rolled back"))
         result.experiment_status, result.deviated = journal.get("status", ""), journal.get("deviated")
         deadline = result.started_at + fault.timeout_s
-        while time.time() < deadline and result.recovered_at is None and not aborted:
+        while time.time() < deadline and result.recovered_at is None and not aborted and watcher.is_alive():
             time.sleep(0.2)
     finally:
         stop.set()
-        watcher.join(5)
+        watcher.join(30)  # a probe may be mid-call (a job submitted to a hung controller)
         faults.cleanup(lab)
+    if jobs and plan.workload:
+        account = workload.account(lab, job_dir, jobs, plan.workload.finish_within_s)
+        result.jobs = account.to_dict()
+        result.timeline.append((time.time(), "jobs accounted"))
     result.ended_at = time.time()
     result.timeline.append((result.ended_at, "ended"))
+    _judge(result, fault, aborted)
+    return result
+
+
+def _slug(name: str) -> str:
+    return "".join(c if c.isalnum() else "-" for c in name.lower()).strip("-")[:40]
+
+
+def _judge(result: FaultResult, fault: PlannedFault, aborted: list[str]) -> None:
+    late = result.recovered_at is not None and result.rolled_back_at is not None
+    late = late and fault.recover_while_faulted and result.recovered_at > result.rolled_back_at  # type: ignore[operator]
+    jobs = result.jobs or {}
     if aborted:
         result.verdict, result.why = "aborted", aborted[0]
     elif result.injected_at is None:
@@ -152,27 +260,58 @@ def run_fault(plan: GameDayPlan, fault: PlannedFault, lab: Lab) -> FaultResult:
         result.why = f"not detected within {fault.timeout_s:g} s"
     elif result.recovered_at is None:
         result.why = f"not recovered within {fault.timeout_s:g} s"
+    elif late:
+        result.why = "not recovered while the fault lasted: only its rollback restored the steady state"
+    elif jobs and not jobs.get("ok"):
+        bad = {k: jobs[k] for k in ("lost", "ran_twice", "unfinished") if jobs.get(k)}
+        result.why = "jobs " + "; ".join(f"{k.replace('_', ' ')}: {', '.join(v)}" for k, v in bad.items())
     elif result.experiment_status != "completed" or result.deviated:
         result.why = f"experiment {result.experiment_status}" + (", steady state violated" if result.deviated else "")
     else:
         result.verdict = "passed"
-    return result
 
 
-def run_gameday(plan: GameDayPlan, lab: Lab, progress: Any = None) -> list[FaultResult]:
+def select(plan: GameDayPlan, only: list[str]) -> GameDayPlan:
+    """The plan with just the named faults (in plan order); an unknown name is refused, naming the known ones."""
+    if not only:
+        return plan
+    names = [f.name for f in plan.faults]
+    unknown = [n for n in only if n not in names]
+    if unknown:
+        raise SpecError("--only", [f"no fault named {n!r}; the plan has: {'; '.join(names)}" for n in unknown])
+    return plan.model_copy(update={"faults": [f for f in plan.faults if f.name in only]})
+
+
+def run_gameday(
+    plan: GameDayPlan, lab: Lab, progress: Any = None, confirm_production: bool = False
+) -> list[FaultResult]:
+    runner.guard_production(lab, confirm_production)
     results = []
-    for i, fault in enumerate(plan.faults):
-        if progress:
-            progress(f"[{i + 1}/{len(plan.faults)}] {fault.name}")
-        result = run_fault(plan, fault, lab)
-        results.append(result)
-        if progress:
-            ttd, ttr = result.time_to_detect, result.time_to_recover
-            progress(f"    {result.verdict}: detect {_s(ttd)}, recover {_s(ttr)} {result.why}")
-        if result.verdict == "aborted":
-            break
-        time.sleep(plan.pause_between_s)
+    with faults.limit(plan.limits.max_concurrent_faults):
+        for i, fault in enumerate(plan.faults):
+            if progress:
+                progress(f"[{i + 1}/{len(plan.faults)}] {fault.name}")
+            result = run_fault(plan, fault, lab)
+            results.append(result)
+            if progress:
+                ttd, ttr = result.time_to_detect, result.time_to_recover
+                jobs = result.jobs or {}
+                lost = f", jobs lost {len(jobs.get('lost', []))} twice {len(jobs.get('ran_twice', []))}" if jobs else ""
+                progress(f"    {result.verdict}: detect {_s(ttd)}, recover {_s(ttr)}{lost} {result.why}")
+            if result.verdict == "aborted":
+                break
+            time.sleep(plan.pause_between_s)
     return results
+
+
+def _jobs(r: FaultResult) -> str:
+    if not r.jobs:
+        return "-"
+    j = r.jobs
+    return (
+        f"{len(j['completed_once'])}/{j['jobs']} completed once ({len(j['restarted'])} resumed after a requeue), "
+        f"lost {len(j['lost'])}, ran twice {len(j['ran_twice'])}, unfinished {len(j['unfinished'])}"
+    )
 
 
 def _s(value: float | None) -> str:
@@ -200,7 +339,7 @@ def report_junit(plan: GameDayPlan, results: list[FaultResult]) -> str:
             ET.SubElement(case, "failure", message=r.why).text = r.why
         ET.SubElement(
             case, "system-out"
-        ).text = f"time to detect {_s(r.time_to_detect)}; to recover {_s(r.time_to_recover)}"
+        ).text = f"time to detect {_s(r.time_to_detect)}; to recover {_s(r.time_to_recover)}; jobs {_jobs(r)}"
     return ET.tostring(suite, encoding="unicode")
 
 
@@ -211,7 +350,8 @@ def report_html(plan: GameDayPlan, results: list[FaultResult]) -> str:
         colour = {"passed": "#2e7d32", "failed": "#c62828", "aborted": "#ef6c00"}[r.verdict]
         rows.append(
             f"<tr><td>{html.escape(r.name)}</td><td style='color:{colour}'><b>{r.verdict}</b></td>"
-            f"<td>{_s(r.time_to_detect)}</td><td>{_s(r.time_to_recover)}</td><td>{html.escape(r.why)}</td></tr>"
+            f"<td>{_s(r.time_to_detect)}</td><td>{_s(r.time_to_recover)}</td><td>{html.escape(_jobs(r))}</td>"
+            f"<td>{html.escape(r.why)}</td></tr>"
         )
         span = max(r.ended_at - r.started_at, 0.001)
         width = 720
@@ -236,7 +376,8 @@ def report_html(plan: GameDayPlan, results: list[FaultResult]) -> str:
         f"<title>Game day {html.escape(plan.name)}</title>"
         "<style>body{font-family:sans-serif;margin:2em}td,th{padding:4px 10px;border-bottom:1px solid #ddd}</style>"
         f"</head><body><h1>Game day {html.escape(plan.name)}: {'PASSED' if passed else 'FAILED'}</h1>"
-        "<table><tr><th>fault</th><th>verdict</th><th>time to detect</th><th>time to recover</th><th>why</th></tr>"
+        "<table><tr><th>fault</th><th>verdict</th><th>time to detect</th><th>time to recover</th><th>jobs</th>"
+        "<th>why</th></tr>"
         f"{''.join(rows)}</table>{''.join(charts)}</body></html>"
     )
 

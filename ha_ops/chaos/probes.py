@@ -19,6 +19,7 @@ __all__ = [
     "alert_firing",
     "alertmanager_alert_active",
     "controller_phase",
+    "controller_took_out",
     "ecmp_paths",
     "gpu_capacity_in_service",
     "job_ran_exactly_once",
@@ -33,7 +34,9 @@ __all__ = [
     "slurm_controller_status",
     "slurm_node_state",
     "slurm_nodes_in_service",
+    "storage_data_intact",
     "storage_health",
+    "storage_healthy",
 ]
 
 
@@ -53,16 +56,10 @@ def slurm_controller_responds(lab: str = "lab") -> bool:
 
 def slurm_controller_status(host: str, lab: str = "lab") -> str:
     """UP or DOWN: whether `host`'s slurmctld answers, as `scontrol ping` reports it (UNKNOWN if not listed)."""
-    handle = _lab(lab)
     try:
-        out = handle.node(_client(handle)).run(["scontrol", "ping"], check=False, timeout=30).stdout
+        return _lab(lab).slurm_controllers().get(host, "UNKNOWN")
     except CommandTimeout:
         return "UNKNOWN"
-    for line in out.splitlines():  # "Slurmctld(primary) at ctl1 is UP"
-        words = line.split()
-        if len(words) >= 5 and words[2] == host:
-            return words[-1]
-    return "UNKNOWN"
 
 
 def job_runs(timeout_s: float = 20.0, lab: str = "lab") -> bool:
@@ -234,3 +231,28 @@ def storage_health(lab: str = "lab") -> dict[str, Any]:
 
     health = storage_ops.moosefs(_lab(lab)).health()
     return {**health.__dict__, "healthy": health.healthy}
+
+
+def storage_healthy(lab: str = "lab") -> bool:
+    """True when the storage master answers and no chunk is under its replica count or missing."""
+    return bool(storage_health(lab)["healthy"])
+
+
+def controller_took_out(node: str, lab: str = "lab") -> bool:
+    """True once the remediation controller has taken the node out of service (cordoned through awaiting repair)."""
+    return bool(_controller_state(lab).nodes[node].phase.out_of_service)
+
+
+def storage_data_intact(folder: str = "chaos-probe", files: int = 4, lab: str = "lab") -> bool:
+    """True when every probe file on the replicated storage reads back intact with every chunk at its replica count.
+    The first call writes the files (so call it before the fault: a steady-state probe); later calls check them."""
+    from ha_ops.lab import storage_ops
+
+    handle = _lab(lab)
+    manifest_path = handle.paths.root / f"chaos-{folder}.json"
+    if not manifest_path.exists():
+        manifest_path.write_text(json.dumps(storage_ops.write_files(handle, files, 1, folder=folder)))
+    manifest = json.loads(manifest_path.read_text())
+    return not storage_ops.unreadable_files(handle, manifest) and not storage_ops.under_replicated(
+        handle, list(manifest)
+    )

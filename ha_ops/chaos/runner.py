@@ -50,6 +50,15 @@ def plan(experiment: dict[str, Any]) -> list[str]:
     return steps
 
 
+def guard_production(lab: Lab, confirmed: bool) -> None:
+    """A cluster whose spec says `production: true` takes faults only with an explicit confirmation."""
+    if lab.spec.production and not confirmed:
+        raise SpecError(
+            lab.spec.name,
+            ["production: true: injecting faults into a production cluster needs --confirm-production"],
+        )
+
+
 def run(experiment: dict[str, Any], lab: Lab) -> dict[str, Any]:
     """Run the experiment; whatever its fate (hypothesis violated, activity failed, Ctrl-C), every fault it left
     journaled is rolled back before this returns."""

@@ -25,9 +25,13 @@ def run(
     dry_run: bool = typer.Option(False, "--dry-run", help="Validate and print the plan; inject nothing."),
     journal: Path | None = typer.Option(None, "--journal", help="Write Chaos Toolkit's journal here (JSON)."),
     var: list[str] = typer.Option([], "--var", help="Override a configuration value: KEY=VALUE (YAML scalar)."),
+    max_faults: int = typer.Option(1, "--max-faults", min=1, help="Faults allowed active at once in the lab."),
+    confirm_production: bool = typer.Option(
+        False, "--confirm-production", help="Required when the cluster's spec says production: true."
+    ),
 ) -> None:
     """Run one experiment. Exit 1 when the steady-state hypothesis is violated or the run did not complete."""
-    from ha_ops.chaos import runner
+    from ha_ops.chaos import faults, runner
     from ha_ops.lab.cluster import Lab
 
     overrides = {}
@@ -47,7 +51,10 @@ def run(
     chaos_log.addHandler(handler)
     chaos_log.setLevel(logging.INFO)
     chaos_log.propagate = False  # progress once, on stderr
-    result = runner.run(loaded, Lab.from_state(lab))
+    handle = Lab.from_state(lab)
+    runner.guard_production(handle, confirm_production)
+    with faults.limit(max_faults):
+        result = runner.run(loaded, handle)
     if journal is not None:
         journal.write_text(json.dumps(result, indent=2, default=str))
     status, deviated = result.get("status"), result.get("deviated")

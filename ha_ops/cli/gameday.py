@@ -16,17 +16,30 @@ def run(
     plan: Path = typer.Argument(..., help="A game-day plan (YAML, under chaos/gamedays/)."),
     lab: str | None = typer.Option(None, "--lab", envvar="HA_OPS_LAB", help="Overrides the plan's lab."),
     report_dir: Path = typer.Option(Path("reports/gameday"), "--report-dir", help="Where the reports go."),
+    only: list[str] = typer.Option([], "--only", help="Run just this fault (by name; repeatable)."),
+    confirm_production: bool = typer.Option(
+        False, "--confirm-production", help="Required when the cluster's spec says production: true."
+    ),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Validate the plan and its experiments; inject nothing."),
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:
-    """Run every fault of the plan, measure time to detect and to recover, write JSON, JUnit and HTML reports.
-    Exit 1 unless every fault passed."""
-    from ha_ops.chaos import gameday
+    """Run every fault of the plan, measure time to detect and to recover and the jobs lost or run twice, and write
+    JSON, JUnit and HTML reports. Exit 1 unless every fault passed."""
+    from ha_ops.chaos import gameday, runner
     from ha_ops.lab.cluster import Lab
 
-    loaded = gameday.load_plan(plan)
+    loaded = gameday.select(gameday.load_plan(plan), only)
     if lab:
         loaded = loaded.model_copy(update={"lab": lab})
-    results = gameday.run_gameday(loaded, Lab.from_state(loaded.lab), progress=output.info)
+    if dry_run:
+        for fault in loaded.faults:
+            runner.load_experiment(fault.experiment, loaded.lab, fault.vars)
+            detect = ", ".join(c.describe() for c in fault.detect)
+            recover = ", ".join(c.describe() for c in fault.recover)
+            output.result(f"{fault.name}: {fault.experiment.name}; detected when {detect}; recovered when {recover}")
+        return
+    handle = Lab.from_state(loaded.lab)
+    results = gameday.run_gameday(loaded, handle, progress=output.info, confirm_production=confirm_production)
     paths = gameday.write_reports(loaded, results, report_dir)
     report = gameday.report_json(loaded, results)
     if json_out:

@@ -11,7 +11,9 @@ from rich.table import Table
 from ha_ops.cli import output
 from ha_ops.errors import LabError
 from ha_ops.lab.cluster import Lab, teardown
+from ha_ops.lab.netns import NETNS_DIR
 from ha_ops.lab.paths import LabPaths
+from ha_ops.lab.state import service_key
 from ha_ops.spec import load_spec
 
 app = typer.Typer(help="Build, check and remove the local lab cluster (needs root).", no_args_is_help=True)
@@ -129,6 +131,42 @@ def link(
     handle = Lab.from_state(name).node(node)
     (handle.link_up if updown == "up" else handle.link_down)(interface)
     output.result(f"{node} {interface}: {updown}")
+
+
+@app.command()
+def power(
+    node: str = typer.Argument(..., help="Node name."),
+    action: str = typer.Argument(..., metavar="cycle|off", help="cycle: boot it again; off: power loss."),
+    repaired: bool = typer.Option(False, "--repaired", help="cycle: the dead hardware was replaced."),
+    permanently: bool = typer.Option(False, "--permanently", help="off: broken hardware; no cycle revives it."),
+    name: str = NameOpt,
+) -> None:
+    """The lab's BMC: power a node off (every process on it dies, links down) or cycle it (it boots again).
+    The remediation controller power-cycles a lost node through this, as it would through IPMI."""
+    if action not in ("cycle", "off"):
+        raise LabError(f"action {action!r} is not 'cycle' or 'off'")
+    lab = Lab.from_state(name)
+    if not (NETNS_DIR / lab.ctx.netns(node)).exists():
+        _reexec_on_the_lab_host(lab)  # called from inside a node (the controller's BMC call)
+    handle = lab.node(node)
+    if action == "off":
+        handle.power_off(permanently=permanently)
+    else:
+        handle.power_cycle(repair=repaired)
+    output.result(f"{node}: power {action} done")
+
+
+def _reexec_on_the_lab_host(lab: Lab) -> None:
+    """Run this command again in the lab host's namespaces (the BMC network is outside the cluster's). A node has
+    its own /run, so the lab's namespaces are not visible there; the host's munged is a process outside them."""
+    import subprocess
+    import sys
+
+    anchor = lab.state().services.get(service_key("host", "munged"))
+    if anchor is None or anchor.pid is None:
+        raise LabError("the lab host cannot be reached from here (no host process to enter)")
+    argv = ["nsenter", "-t", str(anchor.pid), "-m", "-n", "-u", "--", sys.executable, "-m", "ha_ops", *sys.argv[1:]]
+    raise typer.Exit(subprocess.run(argv, check=False, timeout=120).returncode)
 
 
 @app.command()

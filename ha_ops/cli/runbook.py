@@ -17,20 +17,25 @@ RUNBOOKS = Path(__file__).resolve().parents[2] / "runbooks"
 @app.command()
 def verify(
     runbook: Path | None = typer.Argument(None, help="A runbook (Markdown with front matter)."),
-    all_: bool = typer.Option(False, "--all", help="Every runbook in runbooks/ whose lab matches --lab."),
+    all_: bool = typer.Option(False, "--all", help="Every runbook in runbooks/ (the full lab: lab-storage.yaml)."),
     lab: str = typer.Option("lab", "--lab", envvar="HA_OPS_LAB"),
+    confirm_production: bool = typer.Option(
+        False, "--confirm-production", help="Required when the cluster's spec says production: true."
+    ),
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:
     """Inject the runbook's failure, check each claim within its time, run each manual step; name stale steps.
     Exit 1 if any step is stale."""
+    from ha_ops.chaos.runner import guard_production
     from ha_ops.errors import SpecError
     from ha_ops.lab.cluster import Lab
     from ha_ops.runbooks.verify import verify as run_verify
 
     if runbook is None and not all_:
         raise SpecError("runbook verify", ["name a runbook, or use --all"])
-    paths = sorted(RUNBOOKS.glob("*.md")) if all_ else [runbook]
+    paths = sorted(p for p in RUNBOOKS.glob("*.md") if p.name != "README.md") if all_ else [runbook]
     handle = Lab.from_state(lab)
+    guard_production(handle, confirm_production)
     results = []
     for path in paths:
         assert path is not None

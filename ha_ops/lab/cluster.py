@@ -177,6 +177,8 @@ class Lab:
             timeout=max(1.0, deadline - time.monotonic()),
             interval=0.2,
         )
+        wait_for("every slurmctld answering", self._every_slurmctld_answers,
+                 timeout=max(1.0, deadline - time.monotonic()), interval=0.5)  # fmt: skip
         progress("waiting for Prometheus, Alertmanager, sshd and the agents")
         wait_for("monitoring and sshd ready", lambda: not self.endpoint_problems(),
                  timeout=max(1.0, deadline - time.monotonic()), interval=0.1)  # fmt: skip
@@ -284,14 +286,18 @@ class Lab:
 
     def slurm_controllers(self) -> dict[str, str]:
         """Controller host -> UP/DOWN as `scontrol ping` reports it."""
-        out = self.transport(self._client_node()).run(["scontrol", "ping"], timeout=15, check=False).stdout
-        result = {}
-        for line in out.splitlines():
-            # "Slurmctld(primary) at ctl1 is UP"
-            words = line.split()
-            if len(words) >= 5 and words[1] == "at":
-                result[words[2]] = words[-1]
-        return result
+        from ha_ops.schedulers.slurm import Slurm
+
+        return dict(Slurm(self.transport(self._client_node())).controllers())
+
+    def _every_slurmctld_answers(self) -> bool:
+        """Both controllers, not just one in control: a backup that started while the primary was still writing
+        the shared state can exit at once (Slurm reads an empty cluster name); start it again."""
+        for node in self.ctx.layout.nodes_with_role("controller"):
+            handle = self.node(node.name)
+            if "slurmctld" in handle.services() and not handle.is_running("slurmctld"):
+                handle.start("slurmctld")
+        return all(state == "UP" for state in self.slurm_controllers().values())
 
     def slurm_problems(self) -> list[str]:
         try:
@@ -306,7 +312,7 @@ class Lab:
             info = nodes.get(node.name)
             if info is None:
                 problems.append(f"{node.name}: not in sinfo")
-            elif info["state"] != "idle" and info["state"] not in ("allocated", "mixed"):
+            elif info["state"] != "idle" and info["state"] not in ("allocated", "mixed", "completing"):
                 problems.append(f"{node.name}: {info['state']}")
         return problems
 

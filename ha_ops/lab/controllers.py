@@ -16,6 +16,13 @@ LAB_LADDER = {"validate_timeout_s": 20.0, "probation_s": 20.0, "max_flaps": 2, "
               "drain_timeout_s": 15.0}  # fmt: skip
 
 
+# Kill this node's slurmctld only if the pid file still names one (a pid left by a killed one may be reused).
+_LAB_FENCE = (
+    'pid=$(cat {pidfile} 2>/dev/null); if [ -n "$pid" ] && [ "$(cat /proc/$pid/comm 2>/dev/null)" = slurmctld ]; '
+    'then kill -KILL "$pid" && echo "killed slurmctld $pid"; else echo "no slurmctld running"; fi'
+)
+
+
 def state_dir(ctx: LabContext) -> Path:
     return ctx.paths.shared / "controller"
 
@@ -66,7 +73,7 @@ def render_config(ctx: LabContext, node: str) -> dict:
         "node_poll_s": 1.0,
         "agent_silence_s": 10.0,  # the lab's agents report every 5 s
         # Lab nodes share one process namespace: fence exactly this node's slurmctld, through its own pid file.
-        "slurm_fence": {"after_s": 8.0, "command": f"kill -KILL $(cat {NODE_DIR / 'slurmctld.pid'})"},
+        "slurm_fence": {"after_s": 8.0, "command": _LAB_FENCE.format(pidfile=NODE_DIR / "slurmctld.pid")},
         "monitoring": {
             "prometheus_url": monitoring.prometheus_url(ctx),
             "alertmanager_url": monitoring.alertmanager_url(ctx),
@@ -79,6 +86,8 @@ def render_config(ctx: LabContext, node: str) -> dict:
             "known_hosts": str(known_hosts(ctx)),
             "reset_gpu_command": f"{python} -m ha_ops gpu reset --backend fake --fake-dir {fake} --gpu {{gpu}}",
             "reboot_command": f"{python} -m ha_ops gpu reset --backend fake --fake-dir {fake} --all",
+            # The lab's BMC is the lab itself (`lab power` steps out to the lab host's namespaces).
+            "power_cycle_command": f"{python} -m ha_ops lab power {{node}} cycle --name {ctx.spec.name}",
             "validate_command": f"{python} -m ha_ops health check --json --config {NODE_DIR / 'agent.yaml'}",
             "command_timeout_s": 30.0,
             "boot_wait_s": 10.0,

@@ -113,10 +113,61 @@ class LabNode:
         self.stop(service)
         return self.start(service)
 
+    # --- power (the lab's BMC) -------------------------------------------------------------------------------
+    @property
+    def _dead_marker(self) -> Path:
+        return self.lab.ctx.node_dir(self.name) / "hardware-dead"
+
+    def power_off(self, permanently: bool = False) -> None:
+        """Power loss: every process on the node dies (its services and the jobs it runs) and every link goes
+        down. `permanently`: broken hardware, which no power cycle brings back."""
+        if permanently:
+            self._dead_marker.write_text("no power cycle brings this node back\n")
+        holder = self.lab.state().nodes[self.name].holder_pid  # the namespace is the hardware: it stays
+        for service in self.services():
+            self.kill(service)
+        for pid in netns.pids_in(self.lab.ctx.netns(self.name)):
+            if pid != holder:
+                process.signal_pid(pid, signal.SIGCONT)
+                process.signal_pid(pid, signal.SIGKILL)
+        for interface in self.interfaces():
+            self.link_down(interface)
+
+    def powered_on(self) -> bool:
+        """Every service running and every link up: the node is as a power cycle leaves it."""
+        return all(self.is_running(s) for s in self.services()) and not self.links_down()
+
+    def repair_hardware(self) -> None:
+        """Dead hardware replaced: the next power cycle boots the node."""
+        self._dead_marker.unlink(missing_ok=True)
+
+    def power_cycle(self, repair: bool = False) -> None:
+        """What a BMC power cycle does: the node boots again (links up, its services started afresh). A node
+        powered off permanently stays dead unless `repair` (the hardware was replaced)."""
+        if self._dead_marker.exists() and not repair:
+            raise LabError(f"{self.name} does not come back: its hardware is dead (power cycle changed nothing)")
+        self.repair_hardware()
+        for service in self.services():
+            self.kill(service)
+        for interface in self.interfaces():
+            self.link_up(interface)
+        for service in self.services():
+            self.start(service)
+
     # --- links ----------------------------------------------------------------------------------------------
     def interfaces(self) -> list[str]:
         out = netns.ip("-o", "link", "show", netns=self.lab.ctx.netns(self.name)).stdout
         return [line.split(":")[1].strip().split("@")[0] for line in out.splitlines() if ": lo:" not in line]
+
+    def links_down(self) -> list[str]:
+        """Interfaces set administratively down (no UP among their flags)."""
+        out = netns.ip("-o", "link", "show", netns=self.lab.ctx.netns(self.name)).stdout
+        down = []
+        for line in out.splitlines():
+            name, flags = line.split(":")[1].strip().split("@")[0], line.split("<", 1)[1].split(">", 1)[0]
+            if name != "lo" and "UP" not in flags.split(","):
+                down.append(name)
+        return down
 
     def link_down(self, interface: str = HOST_IF) -> None:
         self._link(interface, "down")

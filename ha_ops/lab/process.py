@@ -60,8 +60,11 @@ def _same_program(pid: int, argv: Sequence[str]) -> bool:
         exe = os.readlink(f"/proc/{pid}/exe")
     except OSError:
         return False
-    # Whole words only: "sleep 3" is not in "sleep 30", nor "slurmd -N gpu1" in "slurmd -N gpu10".
-    return os.path.realpath(program) == exe and f" {' '.join(argv)} " in f" {' '.join(line)} "
+    # Whole words only: "sleep 3" is not in "sleep 30", nor "slurmd -N gpu1" in "slurmd -N gpu10". mfsmount's
+    # title keeps only its mount point ("mfsmount (mounted on: /run/ha-ops-node/mfs)"): a path argument will do.
+    title = f" {' '.join(line)} "
+    kept = f" {' '.join(argv)} " in title or any(a.startswith("/") and f"{a})" in title for a in argv[1:])
+    return os.path.realpath(program) == exe and kept
 
 
 def matches(pid: int | None, argv: Sequence[str], netns: str | None = None) -> bool:

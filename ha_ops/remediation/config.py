@@ -42,6 +42,11 @@ class NodeAccess(ConfigModel):
     connect_timeout_s: float = 5.0
     reset_gpu_command: str = "nvidia-smi -r -i {gpu}"
     reboot_command: str = "systemctl reboot"
+    power_cycle_command: str | None = Field(
+        None,
+        description="Run on the controller's host when the node does not answer ssh (its BMC), e.g. "
+        "'ipmitool -I lanplus -H {node}-bmc -U admin -E chassis power cycle'.",
+    )
     validate_command: str = "ha-ops health check"
     command_timeout_s: float = 120.0
     boot_wait_s: float = Field(600.0, ge=0, description="After a reboot, how long the node may take to answer ssh.")

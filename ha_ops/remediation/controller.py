@@ -172,14 +172,15 @@ class Controller:
         assert self.state is not None
         jobs: dict[str, list[str]] = {}
         # A cordoned node may become draining (and then drained) within this very tick: it needs its jobs too.
+        # Fresh node states come with the jobs too: a node found lost names the jobs Slurm will requeue from it.
         out = (NodePhase.CORDONED, NodePhase.DRAINING)
-        if any(r.phase in out or (r.spare and r.in_main) for r in self.state.nodes.values()):
+        with self._lock:
+            states, self._fresh_states = self._fresh_states, {}  # each poll's states are acted on once
+        if states or any(r.phase in out or (r.spare and r.in_main) for r in self.state.nodes.values()):
             for job in self.executor.slurm.jobs():
                 if job.state in ("RUNNING", "CONFIGURING", "COMPLETING"):
                     for node in job.nodes:
                         jobs.setdefault(node, []).append(job.id)
-        with self._lock:
-            states, self._fresh_states = self._fresh_states, {}  # each poll's states are acted on once
         names = set(jobs) | set(states)
         return {n: policy.NodeView(state=states.get(n, ""), jobs=tuple(jobs.get(n, ()))) for n in names}
 
@@ -220,6 +221,9 @@ class Controller:
 
     def _execute(self, intent: Intent, token: int) -> None:
         dry = self.config.safety.dry_run
+        if intent.args.get("release") and not self._succeeded(intent.args.get("fence")):
+            # Unfenced, the lost node may still run these jobs: leave them to Slurm's own hold (cred_expire).
+            intent = intent.model_copy(update={"args": {**intent.args, "release": []}})
         self.lease.check(token)  # a frozen or deposed leader stops here
         before = self.executor.before(intent)
         try:
@@ -266,6 +270,11 @@ class Controller:
             self._save()
         log.info("%s %s: %s (%s)", intent.kind, intent.node, status, result)
 
+    def _succeeded(self, intent_id: str | None) -> bool:
+        with self._lock:
+            found = next((i for i in (self.state.intents if self.state else []) if i.id == intent_id), None)
+        return found is not None and found.status == "done"
+
     def _lease_loop(self) -> None:
         while not self._stop.is_set():
             self.lease_step()
@@ -307,7 +316,8 @@ class Controller:
         log.error("fencing the hung Slurm primary: %s", why)
         try:
             result = self.executor.node_ops.run_command(host, self.config.slurm_fence.command)
-            outcome = "fenced" if result.ok else f"fence command failed: exit {result.returncode}"
+            said = (result.stdout or result.stderr).strip().splitlines()[-1:] or [""]
+            outcome = f"fenced: {said[0][:120]}" if result.ok else f"fence command failed: exit {result.returncode}"
         except Exception as exc:
             outcome = f"fence failed: {exc}"
         with self._lock:

@@ -54,6 +54,10 @@ class Executor:
 
     def _drain(self, intent: Intent) -> str:
         node = self.slurm.node(intent.node)
+        if intent.args.get("lost") and "DOWN" not in node.state:
+            # A lost node cannot confirm that its jobs ended: Slurm would hold them COMPLETING for minutes.
+            self.slurm.mark_down(intent.node, intent.why)
+            node = self.slurm.node(intent.node)
         if node.drained:
             return f"already drained ({node.reason})"
         self.slurm.drain(intent.node, intent.why)
@@ -70,6 +74,11 @@ class Executor:
 
     def _requeue_jobs(self, intent: Intent) -> str:
         requeued, kept = [], []
+        # A lost node's jobs were requeued by Slurm when it was marked DOWN; it has been fenced since.
+        for job_id in intent.args.get("release", []):
+            if self.slurm.job_state(job_id) == "PENDING":
+                self.slurm.release_requeued(job_id)
+                requeued.append(job_id)
         for job in self.slurm.jobs_on(intent.node):
             if job.state not in ("RUNNING", "CONFIGURING", "COMPLETING"):
                 continue

@@ -12,7 +12,7 @@ import time
 from ha_ops.errors import TransportError
 from ha_ops.remediation.config import NodeAccess
 from ha_ops.transport.ssh import SSHTransport
-from ha_ops.util.proc import CommandResult
+from ha_ops.util.proc import CommandResult, run
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,16 @@ class SshNodeOps:
         return self._run(node, self.access.reset_gpu_command.format(gpu=gpu, node=node))
 
     def reboot(self, node: str) -> CommandResult:
-        return self._run(node, self.access.reboot_command.format(node=node))
+        """Reboot through the OS; a node that does not answer ssh (lost, hung) is power-cycled through its BMC when
+        a `power_cycle_command` is configured."""
+        try:
+            return self._run(node, self.access.reboot_command.format(node=node))
+        except TransportError as exc:
+            if self.access.power_cycle_command is None:
+                raise
+            log.warning("%s does not answer ssh (%s); power-cycling it", node, exc)
+            command = self.access.power_cycle_command.format(node=node)
+            return run(["sh", "-c", command], check=False, timeout=self.access.command_timeout_s)
 
     def run_command(self, node: str, command: str) -> CommandResult:
         return self._run(node, command)

@@ -180,6 +180,8 @@ def take_out_of_service(
     config: ControllerConfig,
     now: float,
     token: int,
+    lost: bool = False,
+    jobs: tuple[str, ...] = (),
 ) -> Outcome:
     if rec.phase.out_of_service:
         return Outcome(notes=[f"{rec.name} is already {rec.phase.value}"])
@@ -204,7 +206,7 @@ def take_out_of_service(
     rec.last_report = rec.last_report.model_copy(update={"gpus": gpus}) if rec.last_report else None
     state.breaker.cordons.append((now, rec.name))
     out = Outcome()
-    out.intents.append(_intent(state, rec, "drain", reason, now, token))
+    out.intents.append(_intent(state, rec, "drain", reason, now, token, **({"lost": True} if lost else {})))
     covered: NodeRecord | None = rec
     if rec.spare:
         # A failing stand-in stands in for nobody: the node it covered (if still out) gets another spare, and no
@@ -217,7 +219,15 @@ def take_out_of_service(
         count_spares()
     if covered is not None and spares:
         _bring_in_spare(state, spares[0], covered, now, token, out)
-    out.intents.append(_intent(state, rec, "requeue_jobs", f"{rec.name} left service: {reason}", now, token))
+    release: dict[str, Any] = {}
+    if lost:
+        # Fence before the work moves: power-cycle the lost node (it may only be cut off, its jobs still running),
+        # then release the jobs Slurm requeued from it (Slurm would hold them for cred_expire) - only if the fence
+        # succeeded, which the controller checks before it runs the requeue.
+        fence = _intent(state, rec, "reboot_node", f"fence: {reason}", now, token, rung=rung.value)
+        out.intents.append(fence)
+        release = {"release": list(jobs), "fence": fence.id} if jobs else {}
+    out.intents.append(_intent(state, rec, "requeue_jobs", f"{rec.name} left service: {reason}", now, token, **release))
     return out
 
 
@@ -248,7 +258,7 @@ def _start_rung(state: ControllerState, rec: NodeRecord, rung: Rung, now: float,
     gpus = rec.last_report.gpus if rec.last_report else []
     if rung == Rung.RESET_GPU:
         out.intents.append(_intent(state, rec, "reset_gpu", rec.reason, now, token, gpus=gpus or [0], rung=rung.value))
-    else:
+    elif not _episode_has(state, rec, "reboot_node", rung=rung.value):  # a lost node was power-cycled as its fence
         out.intents.append(_intent(state, rec, "reboot_node", rec.reason, now, token, rung=rung.value))
     out.intents.append(_intent(state, rec, "validate", f"after {rung.value}", now, token, rung=rung.value))
 
@@ -270,6 +280,7 @@ def on_tick(
         slurm_state = views.get(rec.name, NodeView()).state
         if not slurm_state:
             continue  # no fresh node states this tick
+        view = views.get(rec.name, NodeView())
         silent = rec.last_report is None or now - rec.last_report.at > config.agent_silence_s
         lost = node_lost(slurm_state, silent)
         # Act when a node is found lost (or again while its cordon waits for the rate limit), not on every poll: a
@@ -278,7 +289,9 @@ def on_tick(
         rec.slurm_state, rec.lost = slurm_state, lost
         if newly_lost and not rec.phase.out_of_service:
             why = f"lost: Slurm reports it {slurm_state}" + (", its agent is silent" if silent else "")
-            taken = take_out_of_service(state, rec, why, "reboot_node", [], config, now, token)
+            taken = take_out_of_service(
+                state, rec, why, "reboot_node", [], config, now, token, lost=True, jobs=view.jobs
+            )
             out.intents += taken.intents
             out.notes += taken.notes + ([taken.ignored] if taken.ignored else [])
     for rec in state.nodes.values():

@@ -7,7 +7,8 @@ A runbook is Markdown with YAML front matter:
     checks: [{claim, probe, arguments, equals, negate, within_s, after_manual}]   probes of ha_ops.chaos.probes;
             checked in order (a claim is looked for once the one before it held), each within `within_s` of the
             failure (or of the manual steps, for `after_manual` claims)
-    manual: [{step, run}]    shell commands; {lab} and {root} are replaced by the lab's name and folder
+    manual: [{step, run}]    shell commands; {lab}, {root}, {spec} and {python} are replaced by the lab's name, its
+                             folder, its spec (a YAML file) and this Python
 """
 
 from __future__ import annotations
@@ -143,7 +144,9 @@ def verify(path: Path, lab: Lab) -> Verification:
 
 
 def _run_manual(step: ManualStep, lab: Lab) -> StepResult:
-    command = step.run.format(lab=lab.spec.name, root=lab.paths.root, python=sys.executable)
+    spec = lab.paths.root / "runbook-spec.yaml"  # the lab's own spec, for steps that rebuild or repair it
+    spec.write_text(yaml.safe_dump(lab.spec.model_dump(mode="json"), sort_keys=False))
+    command = step.run.format(lab=lab.spec.name, root=lab.paths.root, python=sys.executable, spec=spec)
     proc = subprocess.run(["sh", "-c", command], capture_output=True, text=True, timeout=step.timeout_s)
     tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or [""]
     detail = f"{shlex.quote(command)} exited {proc.returncode}: {tail[0][:160]}"

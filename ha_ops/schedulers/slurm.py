@@ -93,6 +93,12 @@ class Slurm:
         full = reason if reason.startswith(REASON_PREFIX) else f"{REASON_PREFIX} {reason}"
         self._run(["scontrol", "update", f"NodeName={name}", "State=DRAIN", f"Reason={full[:200]}"])
 
+    def mark_down(self, name: str, reason: str) -> None:
+        """DOWN: Slurm ends the node's jobs at once (requeueing those that allow it) instead of waiting for a lost
+        node to confirm them."""
+        full = reason if reason.startswith(REASON_PREFIX) else f"{REASON_PREFIX} {reason}"
+        self._run(["scontrol", "update", f"NodeName={name}", "State=DOWN", f"Reason={full[:200]}"])
+
     def resume(self, name: str) -> None:
         self._run(["scontrol", "update", f"NodeName={name}", "State=RESUME"])
 
@@ -140,7 +146,11 @@ class Slurm:
         it cannot start again beside a still-running copy; the node it ran on is drained first, so it may start now.
         """
         self._run(["scontrol", "requeue", job_id])
-        # The requeue completes asynchronously and sets the hold when the job is pending again: release it then.
+        self.release_requeued(job_id)
+
+    def release_requeued(self, job_id: str) -> None:
+        """Make a requeued job eligible now (its old node is drained or fenced). The requeue completes
+        asynchronously and sets the hold when the job is pending again: release it then."""
         wait_for(f"job {job_id} pending again", lambda: self.job_state(job_id) == "PENDING", timeout=15, interval=0.1)
         self._run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"])
 

@@ -73,3 +73,51 @@ def test_cleanup_restores_the_lab_after_the_runner_is_killed_mid_fault(lab: Lab)
     assert result.returncode == 0 and "link:gpu2:eth0" in result.stdout
     assert reachable("gpu2", "gpu1", lab=lab.spec.name)
     assert faults.active(lab) == []
+
+
+def test_targets_outside_the_spec_are_refused_and_nothing_is_journaled(lab: Lab) -> None:
+    from ha_ops.chaos import actions
+    from ha_ops.errors import LabError
+
+    name = lab.spec.name
+    for inject in (
+        lambda: actions.node_loss("gpu9", lab=name),
+        lambda: actions.link_down("gpu1", interface="eth7", lab=name),
+        lambda: actions.gpu_fault("gpu1", gpu=8, lab=name),
+        lambda: actions.kill_service("gpu1", "slurmctld", lab=name),
+        lambda: actions.kill_service("host", "slurmd", lab=name),
+        lambda: actions.partition(["gpu1"], ["db7"], lab=name),
+    ):
+        with pytest.raises(LabError, match="refusing target"):
+            inject()
+    assert faults.active(lab) == []
+    assert not lab.slurm_problems()
+
+
+def test_a_fault_beyond_the_concurrency_limit_is_refused_before_it_is_injected(lab: Lab) -> None:
+    from ha_ops.chaos import actions
+    from ha_ops.errors import LabError
+
+    name = lab.spec.name
+    with faults.limit(1):
+        actions.link_down("gpu2", lab=name)
+        try:
+            with pytest.raises(LabError, match="limit is 1"):
+                actions.link_down("gpu1", lab=name)
+            assert reachable("gpu1", "gpu3", lab=name)  # the refused fault was not injected
+            assert [f["key"] for f in faults.active(lab)] == ["link:gpu2:eth0"]
+        finally:
+            faults.cleanup(lab)
+    assert reachable("gpu2", "gpu1", lab=name)
+
+
+def test_max_faults_option_lets_a_second_fault_in(lab: Lab) -> None:
+    from ha_ops.chaos import actions
+
+    name = lab.spec.name
+    with faults.limit(2):
+        actions.link_down("gpu2", lab=name)
+        actions.link_down("gpu3", lab=name)
+        assert len(faults.active(lab)) == 2
+        faults.cleanup(lab)
+    assert reachable("gpu2", "gpu3", lab=name)

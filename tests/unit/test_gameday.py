@@ -6,11 +6,13 @@ from pathlib import Path
 
 import pytest
 import yaml
+from pydantic import ValidationError
 
 from ha_ops.chaos.gameday import FaultResult, load_plan, render_schedule, report_html, report_json, report_junit
 from ha_ops.errors import SpecError
 
 PLAN = Path(__file__).resolve().parents[2] / "chaos" / "gamedays" / "gpu.yaml"
+STANDARD = PLAN.parent / "standard.yaml"
 
 
 def results() -> list[FaultResult]:
@@ -23,7 +25,7 @@ def results() -> list[FaultResult]:
 def test_the_shipped_plan_loads_with_experiments_relative_to_it() -> None:
     plan = load_plan(PLAN)
     assert plan.faults[0].experiment.exists()
-    assert plan.faults[0].detect.negate is True
+    assert plan.faults[0].detect[0].negate is True
 
 
 def test_a_plan_naming_a_missing_experiment_or_an_unknown_key_is_refused(tmp_path: Path) -> None:
@@ -60,3 +62,45 @@ def test_schedules_render_for_systemd_and_kubernetes() -> None:
     cron = yaml.safe_load(render_schedule(PLAN, "0 3 * * 1", "cronjob", "lab")["ha-ops-gameday-cronjob.yaml"])
     assert cron["kind"] == "CronJob" and cron["spec"]["schedule"] == "0 3 * * 1"
     assert cron["spec"]["concurrencyPolicy"] == "Forbid"
+
+
+def test_a_production_spec_needs_the_confirmation_flag() -> None:
+    from ha_ops.chaos.runner import guard_production
+    from ha_ops.lab.cluster import Lab
+    from ha_ops.lab.paths import LabPaths
+    from ha_ops.spec import load_spec
+
+    spec = load_spec(PLAN.parents[2] / "examples" / "production.yaml")
+    lab = Lab(spec, LabPaths.for_lab(spec.name, Path("/nonexistent")))
+    with pytest.raises(SpecError, match="--confirm-production"):
+        guard_production(lab, confirmed=False)
+    guard_production(lab, confirmed=True)
+    test = Lab(spec.model_copy(update={"production": False}), lab.paths)
+    guard_production(test, confirmed=False)
+
+
+def test_only_selects_faults_and_refuses_unknown_names() -> None:
+    from ha_ops.chaos.gameday import select
+
+    plan = load_plan(STANDARD)
+    assert [f.name for f in select(plan, ["Slurm primary kill"]).faults] == ["Slurm primary kill"]
+    with pytest.raises(SpecError, match="no fault named 'nope'"):
+        select(plan, ["nope"])
+
+
+def test_the_standard_plan_covers_every_named_failure() -> None:
+    plan = load_plan(STANDARD)
+    assert [f.name for f in plan.faults] == [
+        "GPU XID 79", "node loss", "leaf-spine link down", "silent link drop", "Slurm primary kill",
+        "Slurm primary freeze", "remediation controller leader kill", "storage chunkserver loss", "monitoring outage",
+    ]  # fmt: skip
+    assert plan.workload is not None and plan.workload.jobs > 0
+
+
+def test_conditions_name_unknown_probes_and_compare_changes() -> None:
+    from ha_ops.chaos.gameday import Condition
+
+    with pytest.raises(ValidationError, match="not_a_probe"):
+        Condition(probe="not_a_probe")
+    changed = Condition(probe="remediation_leader", changed=True)
+    assert "changed" in changed.describe()

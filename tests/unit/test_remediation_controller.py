@@ -59,6 +59,7 @@ class StubExecutor:
         self.slurm = StubSlurm()
         self.calls: list[tuple[str, str]] = []
         self.ids: list[str] = []
+        self.args: list[dict[str, Any]] = []
         self.fail: Counter[str] = Counter()  # kind -> how many more times it fails
         self.validate = "pass"
         self.die_before: str | None = None
@@ -71,6 +72,7 @@ class StubExecutor:
     def run(self, intent: Intent) -> str:
         self.calls.append((intent.kind, intent.node))
         self.ids.append(intent.id)
+        self.args.append(intent.args)
         if self.fail[intent.kind] > 0:
             self.fail[intent.kind] -= 1
             raise ActionFailed("slurm_load_node: Unable to contact slurm controller")
@@ -449,3 +451,15 @@ def test_metrics_name_a_node_held_for_replacement(rig: Rig) -> None:
     rig.step(ticks=4)
     text = generate_latest(rig.c.registry).decode()
     assert 'ha_ops_controller_needs_replacement{node="n1"} 1.0' in text
+
+
+@pytest.mark.parametrize("fence_fails", [False, True])
+def test_a_lost_nodes_jobs_are_released_only_after_its_fence_succeeded(rig: Rig, fence_fails: bool) -> None:
+    rig.executor.slurm.running = {"n1": ["41"]}
+    rig.executor.fail["reboot_node"] = 1 if fence_fails else 0
+    rig.c._fresh_states = {"n1": "down*"}  # what the node-state poller hands the next tick
+    rig.step()
+    order = [k for k, n in rig.executor.calls if n == "n1"]
+    assert order[:3] == ["drain", "reboot_node", "requeue_jobs"]
+    requeue = rig.executor.args[[c for c in rig.executor.calls].index(("requeue_jobs", "n1"))]
+    assert requeue["release"] == ([] if fence_fails else ["41"])

@@ -598,13 +598,19 @@ def test_storage_alerts_are_recorded_and_never_cordon() -> None:
 # --- lost nodes (Slurm DOWN) ------------------------------------------------------------------------------------
 
 
-def test_a_node_slurm_marks_down_is_taken_out_at_the_reboot_rung_with_a_spare() -> None:
+def test_a_lost_node_is_marked_down_fenced_and_its_jobs_released_then_only_validated() -> None:
     sim = Sim()
     sim.tick({"n1": NodeView(state="idle")})
-    out = sim.tick({"n1": NodeView(state="down*")})
-    assert kinds(out) == [("drain", "n1"), ("spare_in", "s1"), ("requeue_jobs", "n1")]
+    out = sim.tick({"n1": NodeView(state="down*", jobs=("41", "42"))})
+    # DOWN (Slurm ends its jobs at once), a spare, a power cycle as the fence, then the requeued jobs released.
+    assert kinds(out) == [("drain", "n1"), ("spare_in", "s1"), ("reboot_node", "n1"), ("requeue_jobs", "n1")]
+    assert out.intents[0].args["lost"] is True
+    assert out.intents[3].args["release"] == ["41", "42"] and out.intents[3].args["fence"] == out.intents[2].id
     assert sim.node().phase == NodePhase.CORDONED and sim.node().rung == Rung.REBOOT_NODE
     assert "down*" in sim.node().reason
+    sim.finish()
+    ladder = sim.tick()
+    assert kinds(ladder) == [("validate", "n1")]  # the fence was the reboot
 
 
 def test_a_down_node_is_acted_on_once_not_on_every_poll() -> None:

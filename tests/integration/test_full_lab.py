@@ -1,0 +1,108 @@
+"""The full lab (examples/lab-storage.yaml: MooseFS, both remediation controllers): the standard game day end to
+end, red when recovery is broken, and every runbook verified. The game day's reports are kept as a CI artifact
+under $HA_OPS_ARTIFACTS (default: artifacts/ in the checkout)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ha_ops.chaos import faults
+from ha_ops.lab.cluster import Lab
+from ha_ops.lab.paths import LabPaths
+from ha_ops.spec import load_spec
+from tests.labkit import REPO, leftovers, reset_remediation
+
+pytestmark = pytest.mark.lab
+
+NAME = "itfull"
+STANDARD = REPO / "chaos" / "gamedays" / "standard.yaml"
+ARTIFACTS = Path(os.environ.get("HA_OPS_ARTIFACTS", REPO / "artifacts"))
+
+
+@pytest.fixture(scope="module")
+def flab() -> Iterator[Lab]:
+    spec = load_spec(REPO / "examples" / "lab-storage.yaml").model_copy(update={"name": NAME})
+    lab = Lab(spec, LabPaths.for_lab(NAME))
+    lab.down()
+    lab.up()
+    yield lab
+    faults.cleanup(lab)
+    lab.down()
+    assert leftovers(NAME) == []
+
+
+def gameday(plan: Path, reports: Path, *extra: str) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "ha_ops", "gameday", "run", str(plan), "--lab", NAME, "--report-dir", str(reports),
+           "--json", *extra]  # fmt: skip
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+
+
+def test_the_standard_game_day_passes_end_to_end_within_10_minutes(flab: Lab) -> None:
+    reports = ARTIFACTS / "gameday-standard"
+    started = time.monotonic()
+    result = gameday(STANDARD, reports)
+    elapsed = time.monotonic() - started
+    report = json.loads((reports / "gameday.json").read_text())
+    print(f"\nstandard game day: {elapsed:.0f} s")
+    for f in report["faults"]:
+        jobs = f["jobs"] or {}
+        print(f"  {f['name']:38} {f['verdict']:7} detect {f['time_to_detect_s'] or -1:6.1f} s  recover "
+              f"{f['time_to_recover_s'] or -1:6.1f} s  jobs lost {len(jobs.get('lost', []))} twice "
+              f"{len(jobs.get('ran_twice', []))}  {f['why']}")  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert report["passed"] is True and len(report["faults"]) == 9
+    for f in report["faults"]:
+        assert f["verdict"] == "passed", f
+        assert 0 <= f["time_to_detect_s"] <= f["time_to_recover_s"]
+        assert f["jobs"]["ok"] and f["jobs"]["jobs"] == 3 and not f["jobs"]["lost"] and not f["jobs"]["ran_twice"]
+    assert elapsed < 600
+    assert {p.name for p in reports.iterdir()} >= {"gameday.json", "gameday.junit.xml", "gameday.html"}
+    assert faults.active(flab) == []
+
+
+def test_the_game_day_goes_red_naming_the_fault_when_the_slurm_backup_is_disabled(flab: Lab, tmp_path: Path) -> None:
+    plan = yaml.safe_load(STANDARD.read_text())
+    # The plan's steady state would refuse to start without the backup; here the backup is the broken recovery.
+    plan["steady"] = [c for c in plan["steady"] if c["probe"] != "slurm_controller_status"]
+    for fault in plan["faults"]:
+        fault["experiment"] = str((STANDARD.parent / fault["experiment"]).resolve())
+    path = tmp_path / "standard-no-backup.yaml"
+    path.write_text(yaml.safe_dump(plan))
+    flab.node("ctl2").stop("slurmctld")
+    try:
+        result = gameday(path, tmp_path / "reports", "--only", "Slurm primary kill", "--only", "GPU XID 79")
+    finally:
+        flab.node("ctl2").start("slurmctld")
+        faults.cleanup(flab)
+    assert result.returncode == 1, result.stdout + result.stderr
+    report = json.loads((tmp_path / "reports" / "gameday.json").read_text())
+    verdicts = {f["name"]: (f["verdict"], f["why"]) for f in report["faults"]}
+    assert report["passed"] is False
+    assert verdicts["GPU XID 79"][0] == "passed"  # the rest of the cluster still recovers
+    assert verdicts["Slurm primary kill"][0] == "failed" and "not recovered" in verdicts["Slurm primary kill"][1]
+    junit = (tmp_path / "reports" / "gameday.junit.xml").read_text()
+    assert 'failures="1"' in junit and "Slurm primary kill" in junit
+
+
+def test_every_runbook_is_verified_in_the_lab(flab: Lab) -> None:
+    reset_remediation(flab)
+    cmd = [sys.executable, "-m", "ha_ops", "runbook", "verify", "--all", "--lab", NAME, "--json"]
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
+    reports = json.loads(result.stdout) if result.stdout.strip().startswith("[") else []
+    stale = {r["runbook"]: [s for s in r["steps"] if not s["ok"]] for r in reports if r["stale"]}
+    assert result.returncode == 0 and not stale, (stale, result.stderr[-3000:])
+    names = {r["runbook"] for r in reports}
+    assert names == {
+        "gpu-failure", "node-loss", "fabric-link-failure", "silent-link-failure", "slurm-primary-failure",
+        "remediation-controller-failure", "storage-node-failure", "storage-master-failure", "monitoring-outage",
+    }  # fmt: skip
+    assert faults.active(flab) == []
