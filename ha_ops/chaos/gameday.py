@@ -28,7 +28,7 @@ from ha_ops.util.yamlconfig import load_model
 log = logging.getLogger(__name__)
 
 
-_UNSET: Any = object()
+UNSET: Any = object()
 
 
 class Condition(ConfigModel):
@@ -53,14 +53,14 @@ class Condition(ConfigModel):
         value = getattr(probes, self.probe)(**self.arguments, lab=lab)
         return value[self.key] if self.key is not None else value
 
-    def holds(self, lab: str, baseline: Any = _UNSET) -> bool:
+    def holds(self, lab: str, baseline: Any = UNSET) -> bool:
         try:
             value = self.value(lab)
         except Exception as exc:  # a probe that cannot answer is "not yet"
             log.debug("probe %s: %s", self.probe, exc)
             return False
         if self.changed:
-            return baseline is not _UNSET and value != baseline
+            return baseline is not UNSET and value != baseline
         return (value != self.equals) if self.negate else (value == self.equals)
 
     def describe(self) -> str:
@@ -78,7 +78,7 @@ Conditions = Annotated[list[Condition], BeforeValidator(_as_list), Field(min_len
 
 
 def all_hold(conditions: list[Condition], lab: str, baselines: dict[int, Any] | None = None) -> bool:
-    return all(c.holds(lab, (baselines or {}).get(i, _UNSET)) for i, c in enumerate(conditions))
+    return all(c.holds(lab, (baselines or {}).get(i, UNSET)) for i, c in enumerate(conditions))
 
 
 def baselines_of(conditions: list[Condition], lab: str) -> dict[int, Any]:

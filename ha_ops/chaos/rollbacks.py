@@ -24,6 +24,8 @@ def clear_gpu(lab: Lab, node: str, gpu: int | None = None) -> None:
 
 
 def start_service(lab: Lab, node: str, service: str) -> None:
+    if service == "mfsmaster" and lab.state().storage_master not in (None, node):
+        return  # the metalogger was promoted meanwhile: the old master stays fenced (two masters would split)
     handle = lab.node(node)
     handle.thaw(service)
     handle.start(service)

@@ -59,16 +59,23 @@ def guard_production(lab: Lab, confirmed: bool) -> None:
         )
 
 
-def run(experiment: dict[str, Any], lab: Lab) -> dict[str, Any]:
+def run(experiment: dict[str, Any], lab: Lab, roll_back: bool = True) -> dict[str, Any]:
     """Run the experiment; whatever its fate (hypothesis violated, activity failed, Ctrl-C), every fault it left
-    journaled is rolled back before this returns."""
+    journaled is rolled back before this returns. With `roll_back=False` the faults stay (journaled) for the caller
+    to undo: a runbook's manual steps are followed while the failure still holds."""
     from chaoslib.experiment import run_experiment
 
+    strategy = "always" if roll_back else "never"
+    leftover: list[str] = []
     try:
-        journal = run_experiment(experiment, settings={"runtime": {"rollbacks": {"strategy": "always"}}})
+        journal = run_experiment(experiment, settings={"runtime": {"rollbacks": {"strategy": strategy}}})
+    except BaseException:
+        roll_back = True  # interrupted: nothing may outlive the run
+        raise
     finally:
-        leftover = faults.cleanup(lab)
-        if leftover:
-            log.warning("rolled back faults the experiment left behind: %s", ", ".join(leftover))
+        if roll_back:
+            leftover = faults.cleanup(lab)
+            if leftover:
+                log.warning("rolled back faults the experiment left behind: %s", ", ".join(leftover))
     journal["ha_ops_cleanup"] = leftover
     return journal

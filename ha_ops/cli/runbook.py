@@ -29,11 +29,15 @@ def verify(
     from ha_ops.chaos.runner import guard_production
     from ha_ops.errors import SpecError
     from ha_ops.lab.cluster import Lab
+    from ha_ops.runbooks.verify import load_runbook
     from ha_ops.runbooks.verify import verify as run_verify
 
     if runbook is None and not all_:
         raise SpecError("runbook verify", ["name a runbook, or use --all"])
     paths = sorted(p for p in RUNBOOKS.glob("*.md") if p.name != "README.md") if all_ else [runbook]
+    for path in paths:
+        assert path is not None
+        load_runbook(path)  # every runbook is valid before any failure is injected
     handle = Lab.from_state(lab)
     guard_production(handle, confirm_production)
     results = []

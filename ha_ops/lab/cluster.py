@@ -177,7 +177,7 @@ class Lab:
             timeout=max(1.0, deadline - time.monotonic()),
             interval=0.2,
         )
-        wait_for("every slurmctld answering", self._every_slurmctld_answers,
+        wait_for("every slurmctld answering", lambda: self._every_slurmctld_answers(state),
                  timeout=max(1.0, deadline - time.monotonic()), interval=0.5)  # fmt: skip
         progress("waiting for Prometheus, Alertmanager, sshd and the agents")
         wait_for("monitoring and sshd ready", lambda: not self.endpoint_problems(),
@@ -290,14 +290,11 @@ class Lab:
 
         return dict(Slurm(self.transport(self._client_node())).controllers())
 
-    def _every_slurmctld_answers(self) -> bool:
+    def _every_slurmctld_answers(self, state: LabState) -> bool:
         """Both controllers, not just one in control: a backup that started while the primary was still writing
-        the shared state can exit at once (Slurm reads an empty cluster name); start it again."""
-        for node in self.ctx.layout.nodes_with_role("controller"):
-            handle = self.node(node.name)
-            if "slurmctld" in handle.services() and not handle.is_running("slurmctld"):
-                handle.start("slurmctld")
-        return all(state == "UP" for state in self.slurm_controllers().values())
+        the shared state can exit at once (Slurm reads an empty cluster name); start it again (under up's lock)."""
+        self._ensure_services(state, [s for s in slurm.slurm_services(self.ctx) if s.service == "slurmctld"])
+        return all(answer == "UP" for answer in self.slurm_controllers().values())
 
     def slurm_problems(self) -> list[str]:
         try:

@@ -1,5 +1,6 @@
 """Runbook verification: inject the failure the runbook is about, check every claim it makes about recovery (each
-within its stated time), run every manual command it tells the engineer to run, and name the steps that are stale.
+within its stated time), run every manual command it tells the engineer to run while the failure still holds (the
+fault is undone only afterwards), and name the steps that are stale.
 
 A runbook is Markdown with YAML front matter:
     id, title
@@ -7,8 +8,8 @@ A runbook is Markdown with YAML front matter:
     checks: [{claim, probe, arguments, equals, negate, within_s, after_manual}]   probes of ha_ops.chaos.probes;
             checked in order (a claim is looked for once the one before it held), each within `within_s` of the
             failure (or of the manual steps, for `after_manual` claims)
-    manual: [{step, run}]    shell commands; {lab}, {root}, {spec} and {python} are replaced by the lab's name, its
-                             folder, its spec (a YAML file) and this Python
+    manual: [{step, run}]    shell commands; {lab}, {root}, {spec}, {python} and {mfsmaster} are replaced by the lab's
+                             name, its folder, its spec (a YAML file), this Python and the storage master's address
 """
 
 from __future__ import annotations
@@ -21,12 +22,13 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
 from pydantic import Field, ValidationError
 
 from ha_ops.chaos import faults, runner
-from ha_ops.chaos.gameday import Condition
+from ha_ops.chaos.gameday import UNSET, Condition, baselines_of
 from ha_ops.errors import SpecError
 from ha_ops.lab.cluster import Lab
 from ha_ops.spec.load import validation_problems
@@ -100,10 +102,10 @@ class Verification:
         return [s for s in self.steps if not s.ok]
 
 
-def _wait_claim(check: Check, lab: str, since: float) -> StepResult:
+def _wait_claim(check: Check, lab: str, since: float, baseline: Any = UNSET) -> StepResult:
     deadline = since + check.within_s
     while time.time() < deadline:
-        if check.holds(lab):
+        if check.holds(lab, baseline):
             return StepResult("check", check.claim, True, f"held after {time.time() - since:.1f} s")
         time.sleep(0.2)
     return StepResult("check", check.claim, False, f"did not hold within {check.within_s:g} s")
@@ -115,6 +117,7 @@ def verify(path: Path, lab: Lab) -> Verification:
     experiment = runner.load_experiment(runbook.trigger.experiment, lab.spec.name, dict(runbook.trigger.vars))
     claims: list[StepResult] = []
     experiment_over = threading.Event()
+    baselines = baselines_of(list(runbook.checks), lab.spec.name)  # for claims that wait for a change
 
     def check_claims() -> None:
         # chaostoolkit-lib must run in the main thread (it installs signal handlers): the claims are checked here.
@@ -122,31 +125,40 @@ def verify(path: Path, lab: Lab) -> Verification:
         if injected is None:
             claims.append(StepResult("check", "the failure is injected", False, "no fault was recorded"))
             return
-        claims.extend(_wait_claim(c, lab.spec.name, injected) for c in runbook.checks if not c.after_manual)
+        for i, check in enumerate(runbook.checks):
+            if not check.after_manual:
+                claims.append(_wait_claim(check, lab.spec.name, injected, baselines.get(i, UNSET)))
 
     checker = threading.Thread(target=check_claims, daemon=True)
     checker.start()
     try:
-        runner.run(experiment, lab)
-    except Exception as exc:
-        claims.append(StepResult("check", "the trigger experiment runs", False, str(exc)))
+        try:
+            # The failure stays in place after the experiment: the engineer follows the runbook during the incident.
+            runner.run(experiment, lab, roll_back=False)
+        except Exception as exc:
+            claims.append(StepResult("check", "the trigger experiment runs", False, str(exc)))
+        finally:
+            experiment_over.set()
+            checker.join(max((c.within_s for c in runbook.checks), default=0) + 60)
+        result.steps.extend(claims)
+        for step in runbook.manual:
+            result.steps.append(_run_manual(step, lab))
+        manual_done = time.time()
+        for i, check in enumerate(runbook.checks):
+            if check.after_manual:
+                result.steps.append(_wait_claim(check, lab.spec.name, manual_done, baselines.get(i, UNSET)))
     finally:
-        experiment_over.set()
-        checker.join(max((c.within_s for c in runbook.checks), default=0) + 60)
-        faults.cleanup(lab)
-    result.steps.extend(claims)
-    for step in runbook.manual:
-        result.steps.append(_run_manual(step, lab))
-    manual_done = time.time()
-    for check in (c for c in runbook.checks if c.after_manual):
-        result.steps.append(_wait_claim(check, lab.spec.name, manual_done))
+        faults.cleanup(lab)  # whatever the manual steps did not repair
     return result
 
 
 def _run_manual(step: ManualStep, lab: Lab) -> StepResult:
     spec = lab.paths.root / "runbook-spec.yaml"  # the lab's own spec, for steps that rebuild or repair it
     spec.write_text(yaml.safe_dump(lab.spec.model_dump(mode="json"), sort_keys=False))
-    command = step.run.format(lab=lab.spec.name, root=lab.paths.root, python=sys.executable, spec=spec)
+    master = lab.ctx.layout.service_addresses.get("mfsmaster", "")
+    command = step.run.format(
+        lab=lab.spec.name, root=lab.paths.root, python=sys.executable, spec=spec, mfsmaster=master
+    )
     proc = subprocess.run(["sh", "-c", command], capture_output=True, text=True, timeout=step.timeout_s)
     tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or [""]
     detail = f"{shlex.quote(command)} exited {proc.returncode}: {tail[0][:160]}"

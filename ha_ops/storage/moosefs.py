@@ -28,7 +28,8 @@ class StorageHealth:
 
     @property
     def healthy(self) -> bool:
-        return self.master_up and not (self.undergoal or self.endangered or self.missing)
+        # A master with no chunkserver serves nothing, whatever its (empty) chunk counts say.
+        return self.master_up and bool(self.chunkservers) and not (self.undergoal or self.endangered or self.missing)
 
 
 def parse_health(info: str, servers: str, metaloggers: str) -> StorageHealth:
@@ -46,8 +47,9 @@ def parse_health(info: str, servers: str, metaloggers: str) -> StorageHealth:
 
     cs = [line.split("\t")[1].strip() for line in servers.splitlines() if line.startswith("chunk servers:")]
     ml = sum(1 for line in metaloggers.splitlines() if line.startswith("metadata backup loggers:"))
+    # mfscli can exit 0 without reaching the master (it prints a connection error): only answers count.
     return StorageHealth(
-        master_up=True,
+        master_up=any(key.startswith("master info:") for key in values),
         chunkservers=cs,
         metaloggers=ml,
         chunks=number("master info: chunks"),

@@ -52,12 +52,14 @@ def test_the_standard_game_day_passes_end_to_end_within_10_minutes(flab: Lab) ->
     result = gameday(STANDARD, reports)
     elapsed = time.monotonic() - started
     report = json.loads((reports / "gameday.json").read_text())
-    print(f"\nstandard game day: {elapsed:.0f} s")
+    lines = [f"standard game day: {elapsed:.0f} s, {'passed' if report['passed'] else 'FAILED'}"]
     for f in report["faults"]:
         jobs = f["jobs"] or {}
-        print(f"  {f['name']:38} {f['verdict']:7} detect {f['time_to_detect_s'] or -1:6.1f} s  recover "
-              f"{f['time_to_recover_s'] or -1:6.1f} s  jobs lost {len(jobs.get('lost', []))} twice "
-              f"{len(jobs.get('ran_twice', []))}  {f['why']}")  # fmt: skip
+        lines.append(f"  {f['name']:36} {f['verdict']:7} detect {f['time_to_detect_s'] or -1:5.1f} s  recover "
+                     f"{f['time_to_recover_s'] or -1:5.1f} s  jobs lost {len(jobs.get('lost', []))} twice "
+                     f"{len(jobs.get('ran_twice', []))}  {f['why']}")  # fmt: skip
+    (reports / "summary.txt").write_text("\n".join(lines) + "\n")
+    print("\n" + "\n".join(lines))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert report["passed"] is True and len(report["faults"]) == 9
     for f in report["faults"]:

@@ -478,3 +478,21 @@ def test_state_without_version_is_refused(tmp_path: Path) -> None:
     path.write_text(json.dumps(data))
     with pytest.raises(LabError, match="version None"):
         LabState.load(path)
+
+
+@pytest.mark.parametrize(
+    ("title", "same"),
+    [
+        (["mfsmount (mounted on: /run/ha-ops-node/mfs)"], True),  # mfsmount keeps only its mount point
+        (["mfsmount (mounted on: /run/ha-ops-node/other)"], False),
+        (["mfsmount"], False),
+    ],
+)
+def test_a_daemon_that_rewrites_its_title_is_recognised_by_a_path_it_keeps(
+    monkeypatch: pytest.MonkeyPatch, title: list[str], same: bool
+) -> None:
+    argv = ["/usr/bin/mfsmount", "-f", "/run/ha-ops-node/mfs", "-H", "10.77.0.5"]
+    monkeypatch.setattr(process, "cmdline", lambda pid: title)
+    monkeypatch.setattr(process.os, "readlink", lambda path: "/usr/bin/mfsmount")
+    monkeypatch.setattr(process.os.path, "realpath", lambda path: path)
+    assert process._same_program(4242, argv) is same
