@@ -223,8 +223,10 @@ def run_fault(plan: GameDayPlan, fault: PlannedFault, lab: Lab) -> FaultResult:
     watcher = threading.Thread(target=_watch, args=(lab, fault, result, stop, plan, aborted, baselines), daemon=True)
     watcher.start()
     try:
-        journal = runner.run(experiment, lab)
+        # The fault is undone here, not by the experiment's own rollbacks: recovery can then be told from rollback.
+        journal = runner.run(experiment, lab, roll_back=False)
         result.rolled_back_at = time.time()
+        faults.cleanup(lab)
         result.timeline.append((result.rolled_back_at, "fault rolled back"))
         result.experiment_status, result.deviated = journal.get("status", ""), journal.get("deviated")
         deadline = result.started_at + fault.timeout_s

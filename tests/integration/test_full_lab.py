@@ -79,6 +79,7 @@ def test_the_game_day_goes_red_naming_the_fault_when_the_slurm_backup_is_disable
         fault["experiment"] = str((STANDARD.parent / fault["experiment"]).resolve())
     path = tmp_path / "standard-no-backup.yaml"
     path.write_text(yaml.safe_dump(plan))
+    reset_remediation(flab)  # fresh controllers: the breaker's window still counts the standard run's cordons
     flab.node("ctl2").stop("slurmctld")
     try:
         result = gameday(path, tmp_path / "reports", "--only", "Slurm primary kill", "--only", "GPU XID 79")
@@ -89,7 +90,7 @@ def test_the_game_day_goes_red_naming_the_fault_when_the_slurm_backup_is_disable
     report = json.loads((tmp_path / "reports" / "gameday.json").read_text())
     verdicts = {f["name"]: (f["verdict"], f["why"]) for f in report["faults"]}
     assert report["passed"] is False
-    assert verdicts["GPU XID 79"][0] == "passed"  # the rest of the cluster still recovers
+    assert verdicts["GPU XID 79"][0] == "passed", verdicts  # the rest of the cluster still recovers
     assert verdicts["Slurm primary kill"][0] == "failed" and "not recovered" in verdicts["Slurm primary kill"][1]
     junit = (tmp_path / "reports" / "gameday.junit.xml").read_text()
     assert 'failures="1"' in junit and "Slurm primary kill" in junit
