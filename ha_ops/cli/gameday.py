@@ -25,10 +25,11 @@ def run(
 ) -> None:
     """Run every fault of the plan, measure time to detect and to recover and the jobs lost or run twice, and write
     JSON, JUnit and HTML reports. Exit 1 unless every fault passed."""
-    from ha_ops.chaos import gameday, runner
+    from ha_ops.chaos import gameday, report, runner
+    from ha_ops.chaos import plan as plans
     from ha_ops.lab.cluster import Lab
 
-    loaded = gameday.select(gameday.load_plan(plan), only)
+    loaded = plans.select(plans.load_plan(plan), only)
     if lab:
         loaded = loaded.model_copy(update={"lab": lab})
     if dry_run:
@@ -40,13 +41,13 @@ def run(
         return
     handle = Lab.from_state(loaded.lab)
     results = gameday.run_gameday(loaded, handle, progress=output.info, confirm_production=confirm_production)
-    paths = gameday.write_reports(loaded, results, report_dir)
-    report = gameday.report_json(loaded, results)
+    paths = report.write_reports(loaded, results, report_dir)
+    summary = report.report_json(loaded, results)
     if json_out:
-        output.emit_json({**report, "reports": [str(p) for p in paths]})
+        output.emit_json({**summary, "reports": [str(p) for p in paths]})
     else:
-        output.result(f"game day {loaded.name}: {'passed' if report['passed'] else 'FAILED'}; reports in {report_dir}")
-    if not report["passed"]:
+        output.result(f"game day {loaded.name}: {'passed' if summary['passed'] else 'FAILED'}; reports in {report_dir}")
+    if not summary["passed"]:
         raise typer.Exit(1)
 
 
@@ -59,13 +60,14 @@ def schedule(
     out: Path | None = typer.Option(None, "--out", help="Write the files here instead of printing them."),
 ) -> None:
     """Render a recurring game day: a systemd timer, or a Kubernetes CronJob."""
-    from ha_ops.chaos import gameday
+    from ha_ops.chaos import plan as plans
+    from ha_ops.chaos.schedule import render_schedule
     from ha_ops.errors import SpecError
 
     if kind not in ("systemd", "cronjob"):
         raise SpecError("--kind", [f"{kind!r} is not systemd or cronjob"])
-    gameday.load_plan(plan)  # refuse to schedule a plan that does not load
-    files = gameday.render_schedule(plan, every, kind, lab)  # type: ignore[arg-type]
+    plans.load_plan(plan)  # refuse to schedule a plan that does not load
+    files = render_schedule(plan, every, kind, lab)  # type: ignore[arg-type]
     for name, text in files.items():
         if out is None:
             output.result(f"# {name}\n{text}")

@@ -28,7 +28,7 @@ import yaml
 from pydantic import Field, ValidationError
 
 from ha_ops.chaos import faults, runner
-from ha_ops.chaos.gameday import UNSET, Condition, baselines_of
+from ha_ops.chaos.plan import UNSET, Condition, baselines_of
 from ha_ops.errors import SpecError
 from ha_ops.lab.cluster import Lab
 from ha_ops.spec.load import validation_problems

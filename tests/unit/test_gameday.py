@@ -8,7 +8,10 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from ha_ops.chaos.gameday import FaultResult, load_plan, render_schedule, report_html, report_json, report_junit
+from ha_ops.chaos.gameday import FaultResult
+from ha_ops.chaos.plan import load_plan
+from ha_ops.chaos.report import report_html, report_json, report_junit
+from ha_ops.chaos.schedule import render_schedule
 from ha_ops.errors import SpecError
 
 PLAN = Path(__file__).resolve().parents[2] / "chaos" / "gamedays" / "gpu.yaml"
@@ -80,7 +83,7 @@ def test_a_production_spec_needs_the_confirmation_flag() -> None:
 
 
 def test_only_selects_faults_and_refuses_unknown_names() -> None:
-    from ha_ops.chaos.gameday import select
+    from ha_ops.chaos.plan import select
 
     plan = load_plan(STANDARD)
     assert [f.name for f in select(plan, ["Slurm primary kill"]).faults] == ["Slurm primary kill"]
@@ -98,7 +101,7 @@ def test_the_standard_plan_covers_every_named_failure() -> None:
 
 
 def test_conditions_name_unknown_probes_and_compare_changes() -> None:
-    from ha_ops.chaos.gameday import Condition
+    from ha_ops.chaos.plan import Condition
 
     with pytest.raises(ValidationError, match="not_a_probe"):
         Condition(probe="not_a_probe")

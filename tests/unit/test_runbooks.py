@@ -42,5 +42,5 @@ def test_every_shipped_runbook_loads_with_its_sections_and_experiment() -> None:
     books = sorted(p for p in folder.glob("*.md") if p.name != "README.md")
     assert len(books) == 9
     for path in books:
-        runbook, body = load_runbook(path)
+        runbook, _body = load_runbook(path)
         assert runbook.trigger.experiment.exists() and runbook.checks, path.name
