@@ -104,7 +104,10 @@ def run_fault(plan: GameDayPlan, fault: PlannedFault, lab: Lab) -> FaultResult:
     job_dir = lab.paths.shared / "gameday" / f"{int(result.started_at)}-{_slug(fault.name)}"
     if plan.workload and plan.workload.jobs:
         jobs = workload.submit(lab, job_dir, plan.workload)
-        result.timeline.append((time.time(), f"{len(jobs)} jobs submitted"))
+        running = workload.wait_running(lab, jobs)
+        result.timeline.append(
+            (time.time(), f"{len(jobs)} jobs {'running' if running else 'submitted, not all running'}")
+        )
     stop, aborted = threading.Event(), []
     watcher = threading.Thread(target=_watch, args=(lab, fault, result, stop, plan, aborted, baselines), daemon=True)
     watcher.start()

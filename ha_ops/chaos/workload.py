@@ -67,6 +67,19 @@ def submit(lab: Lab, directory: Path, workload: Workload) -> list[str]:
     return ids
 
 
+def wait_running(lab: Lab, ids: list[str], timeout: float = 30.0) -> bool:
+    """Wait until every job runs (a fault should hit running work, not a queue); False if some never started."""
+    client = lab.node(_client(lab))
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        out = client.run(["squeue", "-h", "-o", "%i %T", "-j", ",".join(ids)], check=False, timeout=30)
+        states = dict(line.split() for line in out.stdout.splitlines() if len(line.split()) == 2) if out.ok else {}
+        if all(states.get(job) == "RUNNING" for job in ids):
+            return True
+        time.sleep(0.2)
+    return False
+
+
 def _lines(path: Path) -> int:
     return len([ln for ln in path.read_text().splitlines() if ln.strip()]) if path.exists() else 0
 

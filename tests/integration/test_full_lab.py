@@ -66,6 +66,9 @@ def test_the_standard_game_day_passes_end_to_end_within_10_minutes(flab: Lab) ->
         assert f["verdict"] == "passed", f
         assert 0 <= f["time_to_detect_s"] <= f["time_to_recover_s"]
         assert f["jobs"]["ok"] and f["jobs"]["jobs"] == 3 and not f["jobs"]["lost"] and not f["jobs"]["ran_twice"]
+    # The GPU fault and the node loss each hit a running job: it was requeued, resumed and completed once.
+    hit = {f["name"]: f["jobs"]["restarted"] for f in report["faults"]}
+    assert hit["GPU XID 79"] and hit["node loss"], hit
     assert elapsed < 600
     assert {p.name for p in reports.iterdir()} >= {"gameday.json", "gameday.junit.xml", "gameday.html"}
     assert faults.active(flab) == []
