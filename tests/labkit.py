@@ -52,20 +52,10 @@ def controller_url(lab: Lab, node: str) -> str:
 
 def leader(lab: Lab) -> str | None:
     """The controller whose /healthz says it leads (None while nobody does)."""
-    import json
+    from ha_ops.chaos.probes import remediation_leader
 
-    from ha_ops.lab.http import http_get
-
-    for node in controller_nodes(lab):
-        if not lab.node(node).is_running("controller"):
-            continue
-        try:
-            status, body = http_get(lab.ctx.netns(node), controller_url(lab, node) + "/healthz", timeout=1)
-        except Exception:
-            continue
-        if status == 200 and json.loads(body)["leader"]:
-            return node
-    return None
+    found = remediation_leader(lab.spec.name)
+    return None if found == "none" else found
 
 
 def call_controller(lab: Lab, node: str, path: str, body: bytes | None = None) -> tuple[int, dict]:

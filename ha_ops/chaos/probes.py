@@ -48,6 +48,10 @@ def _client(handle: Lab) -> str:
     return handle.ctx.layout.nodes_with_role("gpu")[0].name
 
 
+def _partition(handle: Lab) -> str:
+    return handle.spec.schedulers.slurm.partition if handle.spec.schedulers.slurm else "gpu"
+
+
 def slurm_controller_responds(lab: str = "lab") -> bool:
     """True when some slurmctld answers clients (sinfo succeeds within its timeout)."""
     handle = _lab(lab)
@@ -65,8 +69,7 @@ def slurm_controller_status(host: str, lab: str = "lab") -> str:
 def job_runs(timeout_s: float = 20.0, lab: str = "lab") -> bool:
     """True when a one-node job submitted now runs to completion within `timeout_s`: the scheduler really works."""
     handle = _lab(lab)
-    partition = handle.spec.schedulers.slurm.partition if handle.spec.schedulers.slurm else "gpu"
-    argv = ["srun", "-p", partition, "-N", "1", "-t", "1", "-J", "ha-ops-probe", "true"]
+    argv = ["srun", "-p", _partition(handle), "-N", "1", "-t", "1", "-J", "ha-ops-probe", "true"]
     try:
         return handle.node(_client(handle)).run(argv, check=False, timeout=timeout_s).ok
     except CommandTimeout:
@@ -78,9 +81,8 @@ def gpu_capacity_in_service(lab: str = "lab") -> bool:
     have non-spare nodes: capacity holds, with spares standing in for nodes that are out."""
     handle = _lab(lab)
     wanted = sum(1 for n in handle.ctx.layout.nodes_with_role("gpu") if not n.spare)
-    partition = handle.spec.schedulers.slurm.partition if handle.spec.schedulers.slurm else "gpu"
-    out = handle.node(_client(handle)).run(["sinfo", "-h", "-N", "-p", partition, "-o", "%N|%T"], check=False,
-                                           timeout=15)  # fmt: skip
+    argv = ["sinfo", "-h", "-N", "-p", _partition(handle), "-o", "%N|%T"]
+    out = handle.node(_client(handle)).run(argv, check=False, timeout=15)
     states = dict(line.split("|", 1) for line in out.stdout.split() if "|" in line) if out.ok else {}
     return sum(1 for s in states.values() if s in ("idle", "allocated", "mixed")) >= wanted
 
@@ -202,6 +204,8 @@ def remediation_leader(lab: str = "lab") -> str:
     handle = _lab(lab)
     nodes = handle.ctx.layout.nodes_with_role("controller")
     for node, url in zip(nodes, controllers.base_urls(handle.ctx), strict=False):
+        if not handle.node(node.name).is_running("controller"):
+            continue  # dead or frozen: it leads nothing, and a frozen one would only time out
         try:
             status, body = http_get(handle.ctx.netns(node.name), url + "/healthz", timeout=1)
         except Exception:
@@ -253,6 +257,5 @@ def storage_data_intact(folder: str = "chaos-probe", files: int = 4, lab: str = 
     if not manifest_path.exists():
         manifest_path.write_text(json.dumps(storage_ops.write_files(handle, files, 1, folder=folder)))
     manifest = json.loads(manifest_path.read_text())
-    return not storage_ops.unreadable_files(handle, manifest) and not storage_ops.under_replicated(
-        handle, list(manifest)
-    )
+    intact = not storage_ops.unreadable_files(handle, manifest)
+    return intact and not storage_ops.under_replicated(handle, list(manifest))
