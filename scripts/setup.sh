@@ -11,6 +11,7 @@ DEB_PACKAGES=(
   openssh-server openssh-client
   prometheus prometheus-alertmanager
   moosefs-master moosefs-chunkserver moosefs-metalogger moosefs-client moosefs-cli fuse3
+  podman runc debootstrap
   python3-venv
 )
 
@@ -47,5 +48,11 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   touch "$stamp"
 else
   echo "setup: Python environment up to date"
+fi
+# Rootful podman for the Molecule scenarios and their base image (cached under ~/.cache/ha-ops/images).
+if [ "$(id -u)" -eq 0 ]; then
+  bash scripts/containers.sh
+else
+  echo "setup: the container base image needs root; run 'sudo make setup' to build it"
 fi
 echo "setup: done. Run 'make test'."
