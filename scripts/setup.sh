@@ -12,7 +12,7 @@ DEB_PACKAGES=(
   prometheus prometheus-alertmanager
   moosefs-master moosefs-chunkserver moosefs-metalogger moosefs-client moosefs-cli fuse3
   podman runc debootstrap
-  python3-venv
+  python3-venv rsync
 )
 
 missing=()
@@ -55,4 +55,6 @@ if [ "$(id -u)" -eq 0 ]; then
 else
   echo "setup: the container base image needs root; run 'sudo make setup' to build it"
 fi
+# Ansible collections for the roles and Molecule (from the ansible wheel; Galaxy is unreachable).
+bash scripts/ansible.sh
 echo "setup: done. Run 'make test'."
