@@ -11,7 +11,15 @@ bash scripts/ansible.sh >/dev/null
 bash scripts/containers.sh >/dev/null
 eval "$(bash scripts/ansible.sh --env)"
 export HA_OPS_APT_ARCHIVES=${HA_OPS_APT_ARCHIVES:-${HA_OPS_CACHE:-$HOME/.cache/ha-ops}/apt-archives}
-mkdir -p "$HA_OPS_APT_ARCHIVES/partial"
+# One download cache per container: apt locks its cache, and containers of one scenario install at the same time.
+for name in $(grep -ohE 'hao-[A-Za-z0-9-]+' "roles/$role/molecule/default/molecule.yml" .config/molecule/config.yml | sort -u); do
+  mkdir -p "$HA_OPS_APT_ARCHIVES/$name/partial"
+done
+# A host folder the scenario's containers can share (for example Slurm's StateSaveLocation, as shared storage would
+# be); removed when molecule exits.
+HA_OPS_SCENARIO_SHARED=$(mktemp -d /var/tmp/hao-molecule-shared.XXXXXX)
+export HA_OPS_SCENARIO_SHARED
+trap 'rm -rf "$HA_OPS_SCENARIO_SHARED"' EXIT
 export PATH="$PWD/.venv/bin:$PATH"
 cd "roles/$role"
-exec molecule "${@:-test}"
+molecule "${@:-test}"
