@@ -1,4 +1,4 @@
-"""`ha-ops agent run` and `ha-ops health check`: the node agent and its one-shot form."""
+"""`ha-ops agent run` and `ha-ops health check`: the node agent and its one-shot form; `ha-ops agent check-config`."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import typer
 from rich.table import Table
 
 from ha_ops.cli import output
+from ha_ops.errors import SpecError
 from ha_ops.gpu import NoGpuError, open_backend
 from ha_ops.health.agent import Agent, http_poster
 from ha_ops.health.config import AgentConfig, load_agent_config
@@ -68,6 +69,23 @@ def run(
         )
     )
     agent.run()
+
+
+@agent_app.command("check-config")
+def check_config(
+    file: Path = typer.Argument(..., help="Agent config (YAML) to check, e.g. a candidate before it is installed."),
+) -> None:
+    """Check an agent config with the agent's own loader. Exit 0 if valid; 2 and one line per bad field if not."""
+    cfg = load_agent_config(file)
+    if cfg.backend == "fake" and cfg.fake_dir is None:
+        # The model allows it (--fake-dir can come from the command line), but a service started from this file
+        # alone would find no GPUs.
+        raise SpecError(str(file), ["fake_dir: required when backend is fake"])
+    output.result(
+        f"{file}: ok (node {cfg.node}, backend {cfg.backend}, metrics "
+        + (f"on {cfg.metrics.address}:{cfg.metrics.port}" if cfg.metrics.port else "off")
+        + ")"
+    )
 
 
 @health_app.command("check")

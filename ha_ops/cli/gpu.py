@@ -1,7 +1,8 @@
-"""`ha-ops gpu reset`: the repair step the remediation controller runs on a node."""
+"""`ha-ops gpu reset`: the repair step the remediation controller runs on a node; `ha-ops gpu fake-init`."""
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import typer
@@ -51,3 +52,22 @@ def reset(
     if not result.ok:
         output.error(result.stderr.strip())
         raise typer.Exit(1)
+
+
+@app.command("fake-init")
+def fake_init(
+    directory: Path = typer.Option(..., "--dir", help="Folder of fake GPUs to create (the agent's fake_dir)."),
+    count: int = typer.Option(8, "--count", min=1, max=64, help="How many fake GPUs."),
+    node: str | None = typer.Option(None, "--node", help="Node name the UUIDs and serials derive from (hostname)."),
+    model: str = typer.Option("NVIDIA H100 80GB HBM3", "--model", help="GPU model name the fake GPUs report."),
+) -> None:
+    """Create healthy fake GPUs for the fake backend. A folder that already has some is left as it is."""
+    from ha_ops.gpu.fake import FakeGpus
+
+    existing = FakeGpus(directory).count() if directory.is_dir() else 0
+    if existing:
+        # Their state may carry an injected fault on purpose: never overwrite it.
+        output.result(f"{directory} already has {existing} fake GPU(s); left as they are")
+        return
+    FakeGpus.create(directory, node or socket.gethostname(), count, model=model)
+    output.result(f"created {count} fake GPU(s) in {directory}")
