@@ -14,8 +14,11 @@ from ha_ops.cli import chaos as chaos_cmd
 from ha_ops.cli import controller as controller_cmd
 from ha_ops.cli import gameday as gameday_cmd
 from ha_ops.cli import gpu as gpu_cmd
+from ha_ops.cli import inventory as inventory_cmd
 from ha_ops.cli import lab as lab_cmd
+from ha_ops.cli import monitoring as monitoring_cmd
 from ha_ops.cli import output
+from ha_ops.cli import rollout as rollout_cmd
 from ha_ops.cli import runbook as runbook_cmd
 from ha_ops.cli import spec as spec_cmd
 from ha_ops.cli import storage as storage_cmd
@@ -41,9 +44,12 @@ app.add_typer(gpu_cmd.app, name="gpu")
 app.add_typer(controller_cmd.controller_app, name="controller")
 app.add_typer(controller_cmd.audit_app, name="audit")
 app.add_typer(storage_cmd.app, name="storage")
+app.add_typer(monitoring_cmd.app, name="monitoring")
 app.add_typer(chaos_cmd.app, name="chaos")
 app.add_typer(gameday_cmd.app, name="gameday")
 app.add_typer(runbook_cmd.app, name="runbook")
+app.add_typer(rollout_cmd.app, name="rollout")
+app.command("inventory")(inventory_cmd.inventory)
 
 
 def _version(value: bool) -> None:

@@ -8,6 +8,7 @@ from ha_ops.lab.context import LabContext, ServiceDef
 from ha_ops.lab.controllers import base_urls
 from ha_ops.lab.storage import EXPORTER_PORT
 from ha_ops.lab.storage import enabled as storage_enabled
+from ha_ops.monitoring import rules
 
 
 def _mon(ctx: LabContext) -> tuple[str, int, int]:
@@ -65,75 +66,11 @@ def render_prometheus(ctx: LabContext) -> dict:
     }
 
 
-def _rule(alert: str, expr: str, severity: str, summary: str) -> dict:
-    return {
-        "alert": alert,
-        "expr": expr,
-        "for": "0s",
-        "labels": {"severity": severity},
-        "annotations": {"summary": summary},
-    }
-
-
 def render_rules() -> dict:
-    return {
-        "groups": [
-            {
-                "name": "ha-ops-lab",
-                "rules": [
-                    _rule(
-                        "HaOpsScrapeTargetDown",
-                        "up == 0",
-                        "critical",
-                        "{{ $labels.job }} at {{ $labels.instance }} is down",
-                    ),
-                    _rule(
-                        "HaOpsGpuNodeUnhealthy",
-                        'ha_ops_node_health{state="unhealthy"} == 1',
-                        "critical",
-                        "GPU node {{ $labels.node }} is unhealthy",
-                    ),
-                    _rule(
-                        "HaOpsStorageMasterDown",
-                        "ha_ops_storage_master_up == 0",
-                        "critical",
-                        "the MooseFS master does not answer: promote the metalogger",
-                    ),
-                    _rule(
-                        "HaOpsStorageUnderReplicated",
-                        "ha_ops_storage_chunks_undergoal > 0 or ha_ops_storage_chunks_endangered > 0 "
-                        "or ha_ops_storage_chunkservers < ha_ops_storage_chunkservers_expected",
-                        "warning",
-                        "storage runs below its replica count",
-                    ),
-                    _rule(
-                        "HaOpsStorageMissingChunks",
-                        "ha_ops_storage_chunks_missing > 0",
-                        "critical",
-                        "{{ $value }} chunks have no copy left",
-                    ),
-                    _rule(
-                        "HaOpsRemediationBreakerOpen",
-                        "ha_ops_controller_breaker_open == 1",
-                        "critical",
-                        "remediation stopped: the circuit breaker is open (see its reason)",
-                    ),
-                    _rule(
-                        "HaOpsNodeNeedsReplacement",
-                        "ha_ops_controller_needs_replacement == 1",
-                        "warning",
-                        "{{ $labels.node }} is held out of service for replacement",
-                    ),
-                    _rule(
-                        "HaOpsGpuNodeDegraded",
-                        'ha_ops_node_health{state="degraded"} == 1',
-                        "warning",
-                        "GPU node {{ $labels.node }} is degraded",
-                    ),
-                ],
-            }
-        ]
-    }
+    """The lab's rules: only the lab group, whose `for: 0s` rules the lab's tests and the remediation controller
+    watch. The cluster group's node-level alerts would also reach the lab's controllers (their webhook) and change
+    what they do; the monitoring role ships both groups."""
+    return rules.render_rules(groups=[rules.LAB_GROUP])
 
 
 def render_alertmanager(ctx: LabContext | None = None) -> dict:

@@ -52,6 +52,8 @@ class Controller:
         self._fresh_states: dict[str, str] = {}  # from the node-state poller, consumed by the next tick
         self.monitoring_fails = 0
         self.fence = FenceWatch(config.slurm_fence.after_s)
+        # The last `scontrol ping` the fence watch read, [(host, "UP" | "DOWN")], exported as ha_ops_slurm_controller_up
+        self.slurm_controllers: list[tuple[str, str]] = []
         self.registry = CollectorRegistry()
         self.registry.register(_Metrics(self))
 
@@ -305,8 +307,10 @@ class Controller:
                 continue
             except Exception as exc:
                 log.warning("cannot check the Slurm controllers: %s", exc)
+                self.slurm_controllers = []  # unknown now: no stale UP may hide an outage
 
     def _fence_step(self, controllers: list[tuple[str, str]]) -> None:
+        self.slurm_controllers = list(controllers)
         host = self.fence.observe(controllers, self.clock())
         token = self.token
         if host is None or token is None:
@@ -452,6 +456,12 @@ class _Metrics(Collector):
             if rec.phase == NodePhase.AWAITING_REPAIR and rec.rung is not None and rec.rung.value == "replace":
                 replace.add_metric([rec.name], 1.0)
         yield replace
+        slurm = GaugeMetricFamily(
+            "ha_ops_slurm_controller_up", "1 while slurmctld on the host answers scontrol ping", labels=["host"]
+        )
+        for host, answer in c.slurm_controllers:
+            slurm.add_metric([host], float(answer == "UP"))
+        yield slurm
 
 
 def _single(name: str, doc: str, labels: dict[str, str], value: float) -> GaugeMetricFamily:

@@ -463,3 +463,17 @@ def test_a_lost_nodes_jobs_are_released_only_after_its_fence_succeeded(rig: Rig,
     assert order[:3] == ["drain", "reboot_node", "requeue_jobs"]
     requeue = rig.executor.args[[c for c in rig.executor.calls].index(("requeue_jobs", "n1"))]
     assert requeue["release"] == ([] if fence_fails else ["41"])
+
+
+def test_metrics_name_each_slurm_controller_the_leader_last_pinged(tmp_path: Path) -> None:
+    clock = Clock()
+    a, b = Rig(tmp_path, "ctl1", clock), Rig(tmp_path, "ctl2", clock)
+    a.c.lease_step()
+    b.c.lease_step()
+    a.c._fence_step([("ctl1", "DOWN"), ("ctl2", "UP")])  # what the fence loop hands it from `scontrol ping`
+    text = generate_latest(a.c.registry).decode()
+    assert 'ha_ops_slurm_controller_up{host="ctl1"} 0.0' in text
+    assert 'ha_ops_slurm_controller_up{host="ctl2"} 1.0' in text
+    a.c._fence_step([("ctl1", "UP"), ("ctl2", "UP")])
+    assert 'ha_ops_slurm_controller_up{host="ctl1"} 1.0' in generate_latest(a.c.registry).decode()
+    assert "ha_ops_slurm_controller_up{" not in generate_latest(b.c.registry).decode()  # a standby pings nothing
