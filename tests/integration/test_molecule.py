@@ -14,7 +14,7 @@ from tests.labkit import REPO
 
 pytestmark = pytest.mark.lab
 
-ROLES = sorted(p.parent.parent.name for p in (REPO / "roles").glob("*/molecule/default/molecule.yml"))
+ROLES = sorted(p.parents[2].name for p in (REPO / "roles").glob("*/molecule/default/molecule.yml"))
 
 
 def podman_names(env: dict[str, str]) -> set[str]:
