@@ -1,14 +1,16 @@
-"""`ha-ops gpu reset`: the repair step the remediation controller runs on a node; `ha-ops gpu fake-init`."""
+"""`ha-ops gpu`: reset (the repair step the remediation controller runs on a node), driver-version, and the fake
+backend's fake-init and load-driver (what the lab's driver packages do)."""
 
 from __future__ import annotations
 
+import json
 import socket
 from pathlib import Path
 
 import typer
 
 from ha_ops.cli import output
-from ha_ops.errors import HaOpsError
+from ha_ops.errors import HaOpsError, SpecError
 from ha_ops.util.proc import run
 
 app = typer.Typer(help="GPU operations on this node.", no_args_is_help=True)
@@ -71,3 +73,52 @@ def fake_init(
         return
     FakeGpus.create(directory, node or socket.gethostname(), count, model=model)
     output.result(f"created {count} fake GPU(s) in {directory}")
+
+
+@app.command("driver-version")
+def driver_version(
+    backend: str = typer.Option("nvml", "--backend", help="nvml or fake."),
+    fake_dir: Path | None = typer.Option(None, "--fake-dir", help="Folder of fake GPUs (fake backend)."),
+) -> None:
+    """Print the driver version once per GPU, as `nvidia-smi --query-gpu=driver_version --format=csv,noheader`
+    does: what a driver rollout validates against its target."""
+    from ha_ops.gpu import open_backend
+
+    if backend not in ("nvml", "fake"):
+        raise SpecError("ha-ops gpu driver-version", [f"--backend: unknown backend {backend!r}; use nvml or fake"])
+    gpus = open_backend(backend, fake_dir)
+    try:
+        version = gpus.driver_version()
+        for _ in range(gpus.device_count()):
+            output.result(version)
+    finally:
+        gpus.close()
+
+
+@app.command("load-driver")
+def load_driver(
+    fake_dir: Path = typer.Option(..., "--fake-dir", help="Folder of fake GPUs."),
+    version: str | None = typer.Option(None, "--version", help="The driver version the GPUs report from now on."),
+    package: Path | None = typer.Option(
+        None, "--package", help="A fake driver package folder: its driver.json gives version and whether it works."
+    ),
+) -> None:
+    """Fake backend only: load a driver into the node's fake GPUs (the lab's driver packages call this as their
+    activation command). A driver whose package says it does not work loses every GPU."""
+    from ha_ops.gpu.fake import FakeGpus
+
+    works = True
+    if package is not None:
+        manifest = package / "driver.json"
+        try:
+            data = json.loads(manifest.read_text())
+            version, works = str(data["version"]), bool(data.get("works", True))
+        except (OSError, ValueError, KeyError) as exc:
+            raise SpecError("ha-ops gpu load-driver", [f"--package: cannot read {manifest}: {exc}"]) from exc
+    if not version:
+        raise SpecError("ha-ops gpu load-driver", ["give --version or --package"])
+    fake = FakeGpus(fake_dir)
+    if not fake.count():
+        raise SpecError("ha-ops gpu load-driver", [f"--fake-dir: {fake_dir} has no fake GPUs"])
+    fake.load_driver(version, works=works)
+    output.result(f"loaded driver {version} on {fake.count()} fake GPU(s)" + ("" if works else "; every GPU is lost"))

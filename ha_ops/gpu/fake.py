@@ -162,6 +162,17 @@ class FakeGpus:
             done.append(i)
         return done
 
+    def load_driver(self, version: str, works: bool = True) -> None:
+        """What loading a driver does to the node's GPUs: every GPU reports the new version from now on (resets
+        included) and starts from its healthy readings; a driver that does not work loses every GPU (XID 79), the
+        way a driver that cannot talk to the hardware looks through NVML."""
+        for i in range(self.count()):
+            baseline = json.loads(self._baseline(i).read_text()) | {"driver_version": version}
+            write_atomic(self._baseline(i), json.dumps(baseline))
+            self._write(i, baseline)
+        for i in range(self.count()) if not works else ():
+            self.fall_off_bus(i)
+
     def clear(self, index: int | None = None) -> None:
         """A GPU reset: back to the healthy readings the GPU started with (all GPUs if index is None)."""
         for i in range(self.count()) if index is None else [index]:
