@@ -81,18 +81,27 @@ def driver_version(
     fake_dir: Path | None = typer.Option(None, "--fake-dir", help="Folder of fake GPUs (fake backend)."),
 ) -> None:
     """Print the driver version once per GPU, as `nvidia-smi --query-gpu=driver_version --format=csv,noheader`
-    does: what a driver rollout validates against its target."""
+    does: what a driver rollout validates against its target. Exit 1 when a GPU cannot be read (lost, or the driver
+    cannot talk to it), naming it on stderr."""
     from ha_ops.gpu import open_backend
+    from ha_ops.gpu.types import known
 
     if backend not in ("nvml", "fake"):
         raise SpecError("ha-ops gpu driver-version", [f"--backend: unknown backend {backend!r}; use nvml or fake"])
     gpus = open_backend(backend, fake_dir)
+    unreadable = []
     try:
-        version = gpus.driver_version()
-        for _ in range(gpus.device_count()):
-            output.result(version)
+        for index in range(gpus.device_count()):
+            reading = gpus.sample(index).driver_version
+            if known(reading):
+                output.result(str(reading))
+            else:
+                unreadable.append(f"GPU {index}: {getattr(reading, 'error', 'not supported')}")
     finally:
         gpus.close()
+    if unreadable:
+        output.error("; ".join(unreadable))
+        raise typer.Exit(1)
 
 
 @app.command("load-driver")
@@ -100,7 +109,11 @@ def load_driver(
     fake_dir: Path = typer.Option(..., "--fake-dir", help="Folder of fake GPUs."),
     version: str | None = typer.Option(None, "--version", help="The driver version the GPUs report from now on."),
     package: Path | None = typer.Option(
-        None, "--package", help="A fake driver package folder: its driver.json gives version and whether it works."
+        None,
+        "--package",
+        envvar="HA_OPS_DRIVER_DIR",
+        help="A fake driver package folder: its driver.json gives version and whether it works (the gpu_driver "
+        "role's activation sets HA_OPS_DRIVER_DIR).",
     ),
 ) -> None:
     """Fake backend only: load a driver into the node's fake GPUs (the lab's driver packages call this as their

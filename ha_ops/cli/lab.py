@@ -6,6 +6,7 @@ import time
 from pathlib import Path
 
 import typer
+import yaml
 from rich.table import Table
 
 from ha_ops.cli import output
@@ -15,6 +16,7 @@ from ha_ops.lab.netns import NETNS_DIR
 from ha_ops.lab.paths import LabPaths
 from ha_ops.lab.state import service_key
 from ha_ops.spec import load_spec
+from ha_ops.util.atomic import write_atomic
 
 app = typer.Typer(help="Build, check and remove the local lab cluster (needs root).", no_args_is_help=True)
 
@@ -188,3 +190,32 @@ def promote_metalogger(name: str = NameOpt) -> None:
 
     seconds = promote(Lab.from_state(name))
     output.result(f"the metalogger's node now runs the MooseFS master ({seconds:.1f} s)")
+
+
+@app.command("driver-build")
+def driver_build(
+    version: str = typer.Argument(..., help="Driver version, e.g. 570.86.15."),
+    broken: bool = typer.Option(False, "--broken", help="A build that loses every GPU when loaded."),
+    name: str = NameOpt,
+) -> None:
+    """Make a fake driver build the gpu_driver role can install on the lab's GPU nodes (archive method)."""
+    from ha_ops.lab.drivers import build_driver
+
+    path = build_driver(Lab.from_state(name).ctx, version, works=not broken)
+    output.result(f"{path}" + (" (broken: loses every GPU)" if broken else ""))
+
+
+@app.command("inventory")
+def lab_inventory(
+    name: str = NameOpt, out: Path | None = typer.Option(None, "--out", "-o", help="Write it here, not to stdout.")
+) -> None:
+    """The Ansible inventory of the lab: the spec's groups and host variables, the lab's ssh key and known_hosts,
+    and the gpu_driver settings that fit lab nodes (node-private slots, fake drivers)."""
+    from ha_ops.lab.drivers import lab_inventory as render
+
+    text = yaml.safe_dump(render(Lab.from_state(name).ctx), sort_keys=False)
+    if out is None:
+        output.result(text.rstrip("\n"))
+    else:
+        write_atomic(out, text)
+        output.info(f"lab inventory written to {out}")

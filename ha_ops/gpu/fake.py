@@ -170,6 +170,8 @@ class FakeGpus:
             baseline = json.loads(self._baseline(i).read_text()) | {"driver_version": version}
             write_atomic(self._baseline(i), json.dumps(baseline))
             self._write(i, baseline)
+            # Loading a driver resets the GPU: the agent forgets the events the old driver reported.
+            self.emit(GpuEvent(i, "reset", at=time.time(), detail=f"driver {version} loaded"))
         for i in range(self.count()) if not works else ():
             self.fall_off_bus(i)
 

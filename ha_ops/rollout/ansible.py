@@ -5,7 +5,8 @@ Every call is one `ansible_runner.run()` limited to one node, using the inventor
 under `private_data_dir/artifacts` (the last `keep_artifacts` are kept, for post-mortems).
 
 How the driver state is read back: after the playbook, and whenever the executor needs a snapshot, an ad-hoc
-`ansible.builtin.slurp` of the role's fact file (gpu_driver_fact_file, default /etc/ansible/facts.d/gpu_driver.fact).
+`ansible.builtin.slurp` of the role's fact file: the host's gpu_driver_fact_file when the inventory sets one (Ansible
+templates the ad-hoc arguments per host), else the role's default /etc/ansible/facts.d/gpu_driver.fact.
 It is read-only, reads exactly the JSON the role wrote (whatever `fact_path` the site set for `setup`), and works the
 same after a failed play, where a runner fact cache would hold whatever the play last gathered.
 """
@@ -14,6 +15,8 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import sys
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -25,7 +28,7 @@ from ha_ops.rollout.protocols import ApplyResult, DriverFacts, Validation
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_PLAYBOOK = REPO / "playbooks" / "driver-rollout.yml"
-DEFAULT_FACT_FILE = "/etc/ansible/facts.d/gpu_driver.fact"
+DEFAULT_FACT_FILE = "{{ gpu_driver_fact_file | default('/etc/ansible/facts.d/gpu_driver.fact') }}"
 DEFAULT_HEALTH_COMMAND = "ha-ops health check --json"
 DEFAULT_VERSION_COMMAND = "nvidia-smi --query-gpu=driver_version --format=csv,noheader"
 
@@ -74,7 +77,10 @@ class AnsibleRunner:
 
     def _common(self, node: str, what: str, timeout_s: float) -> dict[str, Any]:
         self.private_data_dir.mkdir(parents=True, exist_ok=True)
-        envvars = {"ANSIBLE_NOCOLOR": "1", "ANSIBLE_RETRY_FILES_ENABLED": "0"}
+        # ansible-runner starts the `ansible` commands by name: find the ones installed beside ha-ops first, also
+        # where the caller's PATH does not name this environment (a service, `ssh node ha-ops ...`).
+        path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", os.defpath)])
+        envvars = {"ANSIBLE_NOCOLOR": "1", "ANSIBLE_RETRY_FILES_ENABLED": "0", "PATH": path}
         if self.roles_path is not None:
             envvars["ANSIBLE_ROLES_PATH"] = str(self.roles_path)
         kwargs: dict[str, Any] = {

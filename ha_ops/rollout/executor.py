@@ -65,6 +65,8 @@ class RolloutExecutor:
         sleep: Callable[[float], None] = time.sleep,
         progress: Callable[[str], None] | None = None,
         soak_poll_s: float = 5.0,
+        gate_wait_s: float = 120.0,
+        gate_poll_s: float = 2.0,
     ) -> None:
         self.store = store
         self.scheduler = scheduler
@@ -74,6 +76,9 @@ class RolloutExecutor:
         self.sleep = sleep
         self.progress = progress or (lambda line: log.info("%s", line))
         self.soak_poll_s = soak_poll_s
+        # A node just returned shows as not responding (Slurm: idle*) until the controller has pinged it again.
+        self.gate_wait_s = gate_wait_s
+        self.gate_poll_s = gate_poll_s
         self._state: RolloutState | None = None
         # In memory only, so that a fresh process (after a crash) knows it is re-entering a step.
         self._applying_here: set[str] = set()  # entered `applying` in this process: apply without looking first
@@ -157,7 +162,7 @@ class RolloutExecutor:
             if not pending:
                 return
             self._check_control()
-            room = self._room()
+            room = self._wait_for_room()
             if room < 1:
                 held = sorted(n.name for n in st.nodes.values() if n.step == NodeStep.FAILED)
                 self._pause(
@@ -179,22 +184,26 @@ class RolloutExecutor:
             self.sleep(min(left, self.soak_poll_s))
 
     def _gate(self, wave: WaveState) -> None:
-        """Every node of the wave that is back in service must be healthy."""
-        bad: list[str] = []
-        for name in wave.nodes():
-            if self.state.nodes[name].step not in (NodeStep.DONE, NodeStep.FAILED_ROLLED_BACK):
-                continue
-            try:
-                healthy = self.scheduler.node_healthy(name)
-            except Exception as exc:  # a node the scheduler cannot describe does not pass a gate
-                log.debug("health of %s: %s", name, exc)
-                healthy = False
-            if not healthy:
-                bad.append(name)
-        if bad:
-            wave.gate = f"failed: {', '.join(bad)} not healthy"
-            self._halt(f"gate after {wave.name}: {_names(bad)} not healthy")
+        """Every node of the wave that is back in service must be healthy within gate_wait_s."""
+        waiting = [n for n in wave.nodes() if self.state.nodes[n].step in (NodeStep.DONE, NodeStep.FAILED_ROLLED_BACK)]
+        # Counted, not timed alone: the check ends even where an injected clock does not move.
+        for attempt in range(int(self.gate_wait_s / self.gate_poll_s) + 1):
+            waiting = [name for name in waiting if not self._healthy(name)]
+            if not waiting:
+                break
+            if attempt * self.gate_poll_s < self.gate_wait_s:
+                self.sleep(self.gate_poll_s)
+        if waiting:
+            wave.gate = f"failed: {', '.join(waiting)} not healthy"
+            self._halt(f"gate after {wave.name}: {_names(waiting)} not healthy after {self.gate_wait_s:g} s")
         wave.gate = "passed"
+
+    def _healthy(self, name: str) -> bool:
+        try:
+            return self.scheduler.node_healthy(name)
+        except Exception as exc:  # a node the scheduler cannot describe does not pass a gate
+            log.debug("health of %s: %s", name, exc)
+            return False
 
     def _check_threshold(self, wave: WaveState) -> None:
         st = self.state
@@ -284,6 +293,17 @@ class RolloutExecutor:
             self._drive(node)
 
     # --- one node ---------------------------------------------------------------------------------------------
+    def _wait_for_room(self) -> int:
+        """Room to take nodes out; a node just returned counts as out until the scheduler hears from it again
+        (Slurm: idle*), so wait for that, as long as a gate would, before pausing the rollout."""
+        room = self._room()
+        for _ in range(int(self.gate_wait_s / self.gate_poll_s)):
+            if room >= 1:
+                break
+            self.sleep(self.gate_poll_s)
+            room = self._room()
+        return room
+
     def _room(self) -> int:
         st = self.state
         fleet = st.fleet()

@@ -44,6 +44,9 @@ def test_a_package_that_does_not_work_loses_every_gpu(monkeypatch, capsys, gpus:
         run_main(monkeypatch, "gpu", "load-driver", "--fake-dir", str(gpus.directory), "--package", str(package)) == 0
     )
     assert all(gpus.state(i)["lost"] for i in range(4))
+    capsys.readouterr()
+    assert run_main(monkeypatch, "gpu", "driver-version", "--backend", "fake", "--fake-dir", str(gpus.directory)) == 1
+    assert "GPU 0: GPU is lost" in capsys.readouterr().err
     check = ["health", "check", "--backend", "fake", "--fake-dir", str(gpus.directory), "--node", "gpu1"]
     assert run_main(monkeypatch, *check) == 1  # unhealthy: what the rollout's validation sees
     # Loading the previous, working driver again (what a rollback's activation does) heals the GPUs.

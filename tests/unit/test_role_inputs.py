@@ -54,6 +54,11 @@ CASES = [
     ("nic_bonding", {"nic_bonding_backend": "systemd-networkd"}, "nic_bonding_backend"),
     ("gpu_driver", {"gpu_driver_version": "latest"}, 'gpu_driver_version: "latest" is not a driver version'),
     ("gpu_driver", {"gpu_driver_version": "570.86.15", "gpu_driver_action": "upgrade"}, "gpu_driver_action"),
+    (
+        "gpu_driver",
+        {"gpu_driver_version": "570.86.15", "gpu_driver_install_method": "archive"},
+        "gpu_driver_archive_dir: required with gpu_driver_install_method archive",
+    ),
     ("slurm_controller", {"slurm_controller_hosts": []}, "slurm_controller_hosts: no controller"),
     (
         "slurm_controller",

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import sys
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -57,6 +59,8 @@ class FakeNode:
     broken_with_target: bool = False  # the role's own validation fails: it rolls back by itself
     fails_validation: bool = False  # our validation fails on the target version
     unhealthy_on_target: bool = False  # passes validation, then fails the gate after the soak
+    silent_after_resume: int = 0  # health checks answered "not responding" after a resume, as Slurm does (idle*)
+    silent_checks: int = 0
     rollback_breaks: bool = False
 
 
@@ -133,12 +137,16 @@ class Fleet:
         n = self._enter("resume", node)
         if n.drained:
             n.drained = False
+            n.silent_checks = n.silent_after_resume
             self._effect("resume", node)
         self._exit("resume", node)
 
     def node_healthy(self, node: str) -> bool:
         n = self._enter("node_healthy", node)
         self._exit("node_healthy", node)
+        if n.silent_checks and not n.drained:
+            n.silent_checks -= 1
+            return False
         return not n.drained and not n.down and not (n.unhealthy_on_target and n.version == TARGET)
 
     def unavailable(self) -> set[str]:
@@ -390,7 +398,7 @@ def test_gate_failure_after_the_soak_halts(tmp_path: Path) -> None:
     fleet.nodes["n1"].unhealthy_on_target = True
     state = execute(start(tmp_path, nodes, canary=["n1"], soak_s=300), fleet)
     assert state.phase == Phase.HALTED
-    assert state.reason == "gate after canary: n1 not healthy"
+    assert state.reason == "gate after canary: n1 not healthy after 120 s"
     assert state.waves[0].gate.startswith("failed")
     assert fleet.nodes["n1"].version == OLD and state.nodes["n1"].step == NodeStep.ROLLED_BACK
 
@@ -646,12 +654,14 @@ def test_ansible_apply_runs_the_playbook_limited_to_the_node_then_reads_the_fact
     assert play["extravars"] == {"gpu_driver_action": "install", "gpu_driver_version": TARGET}
     assert play["inventory"] == str((tmp_path / "inventory.yml").resolve())
     assert play["private_data_dir"] == str((tmp_path / "ansible").resolve())
+    path = play["envvars"].pop("PATH")
+    assert path.split(os.pathsep)[0] == str(Path(sys.executable).parent)  # the ansible beside ha-ops comes first
     assert play["envvars"] == {"ANSIBLE_NOCOLOR": "1", "ANSIBLE_RETRY_FILES_ENABLED": "0",
                                "ANSIBLE_ROLES_PATH": "/repo/roles"}  # fmt: skip
     assert play["timeout"] == 900 and play["quiet"] is True and play["suppress_env_files"] is True
     assert str(play["ident"]).startswith("gpu3-install-")
     assert slurp["host_pattern"] == "gpu3" and slurp["module"] == "ansible.builtin.slurp"
-    assert slurp["module_args"] == "src=/etc/ansible/facts.d/gpu_driver.fact"
+    assert slurp["module_args"] == "src={{ gpu_driver_fact_file | default('/etc/ansible/facts.d/gpu_driver.fact') }}"
     assert "playbook" not in slurp and "limit" not in slurp
 
 
@@ -767,3 +777,14 @@ def test_slurm_scheduler_drains_and_resumes_only_its_own() -> None:
     scheduler.resume("gpu1")
     assert slurm.log[-1] == "resume gpu1" and scheduler.node_healthy("gpu1")
     assert scheduler.unavailable() == {"gpu2", "gpu3", "gpu5"}
+
+
+def test_the_gate_waits_for_a_returned_node_to_answer_again(tmp_path: Path) -> None:
+    """Slurm shows a just-resumed node as not responding (idle*) until it has pinged it: the gate waits for it."""
+    nodes = fleet_nodes(4)
+    fleet = Fleet([n.name for n in nodes])
+    fleet.nodes["n1"].silent_after_resume = 3
+    state = execute(start(tmp_path, nodes, canary=["n1"]), fleet)
+    assert state.phase == Phase.COMPLETED, state.reason
+    assert state.nodes["n1"].step == NodeStep.DONE and fleet.nodes["n1"].version == TARGET
+    assert fleet.nodes["n1"].silent_checks == 0

@@ -2,7 +2,7 @@
 
 import json
 
-testinfra_hosts = ["podman://hao-gpu-driver"]
+testinfra_hosts = ["podman://hao-gpu-driver", "podman://hao-gpu-driver-archive"]
 
 
 def fact(host):
@@ -28,6 +28,10 @@ def test_the_fact_records_active_slot_and_the_failure(host):
 
 
 def test_the_good_driver_is_held_and_the_others_are_gone(host):
+    if host.backend.name == "hao-gpu-driver-archive":
+        assert sorted(host.file("/usr/lib/nvidia-driver").listdir()) == ["570.86.15"]
+        assert host.run("dpkg --get-selections 'nvidia-driver-*'").stdout.strip() == ""
+        return
     selections = host.check_output("dpkg --get-selections 'nvidia-driver-*'")
     assert [line.split() for line in selections.splitlines()] == [["nvidia-driver-570.86.15", "hold"]]
     assert not host.package("nvidia-driver-575.51.02").is_installed
