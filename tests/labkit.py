@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 from pathlib import Path
 
 from ha_ops.lab.cluster import Lab, netns_prefix, pids_naming
@@ -107,3 +109,18 @@ def reset_remediation(lab: Lab) -> None:
         lab.node(node).start("controller")
     wait_for("a controller leads", lambda: leader(lab), timeout=15, interval=0.1)
     wait_for("every GPU node idle", lambda: not lab.slurm_problems(), timeout=30, interval=0.2)
+
+
+# --- containers and Ansible ----------------------------------------------------------------------------------
+
+
+def script_env(script: str) -> dict[str, str]:
+    """This environment plus the `export K=V` lines a set-up script prints with `--env` (scripts/containers.sh:
+    podman's configuration; scripts/ansible.sh: that and the collections)."""
+    out = subprocess.run(["bash", str(REPO / "scripts" / script), "--env"], capture_output=True, text=True,
+                         check=True, timeout=60)  # fmt: skip
+    env = dict(os.environ)
+    for line in out.stdout.splitlines():
+        key, _, value = line.removeprefix("export ").partition("=")
+        env[key] = value
+    return env

@@ -3,14 +3,13 @@ cached Debian 12 image with systemd as PID 1 and Python for Ansible. Containers 
 
 from __future__ import annotations
 
-import os
 import subprocess
 import time
 from collections.abc import Iterator
 
 import pytest
 
-from tests.labkit import REPO
+from tests.labkit import REPO, script_env
 
 pytestmark = pytest.mark.lab
 
@@ -18,18 +17,9 @@ IMAGE = "localhost/ha-ops-base:bookworm-v1"
 NAME = "hao-test-systemd"
 
 
-def podman_env() -> dict[str, str]:
-    out = subprocess.run([str(REPO / "scripts" / "containers.sh"), "--env"], capture_output=True, text=True, check=True)
-    env = dict(os.environ)
-    for line in out.stdout.splitlines():
-        key, _, value = line.removeprefix("export ").partition("=")
-        env[key] = value
-    return env
-
-
 def podman(*args: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run(["podman", *args], capture_output=True, text=True, env=podman_env(), check=check,
-                          timeout=timeout)  # fmt: skip
+    env = script_env("containers.sh")
+    return subprocess.run(["podman", *args], capture_output=True, text=True, env=env, check=check, timeout=timeout)
 
 
 @pytest.fixture

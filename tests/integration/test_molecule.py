@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.labkit import REPO
+from tests.labkit import REPO, script_env
 
 pytestmark = pytest.mark.lab
 
@@ -30,10 +30,8 @@ def test_every_role_has_a_scenario() -> None:
 
 @pytest.mark.parametrize("role", ROLES)
 def test_molecule_scenario(role: str, tmp_path: Path) -> None:
-    env = dict(os.environ, NO_COLOR="1", ANSIBLE_NOCOLOR="1", PY_COLORS="0", ANSIBLE_FORCE_COLOR="0")
-    env |= dict(line.removeprefix("export ").split("=", 1) for line in subprocess.run(
-        ["bash", str(REPO / "scripts" / "ansible.sh"), "--env"], capture_output=True, text=True, check=True
-    ).stdout.splitlines())  # fmt: skip
+    env = script_env("ansible.sh") | {"NO_COLOR": "1", "ANSIBLE_NOCOLOR": "1", "PY_COLORS": "0",
+                                      "ANSIBLE_FORCE_COLOR": "0"}  # fmt: skip
     log = tmp_path / f"molecule-{role}.log"
     started = time.monotonic()
     with log.open("w") as out:
