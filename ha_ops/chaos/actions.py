@@ -7,6 +7,8 @@ can undo it even after the runner was killed.
 
 from __future__ import annotations
 
+import json
+
 from ha_ops.chaos import faults, rollbacks
 from ha_ops.errors import LabError
 from ha_ops.lab.cluster import Lab
@@ -16,6 +18,8 @@ __all__ = [
     "bandwidth_limit",
     "chunkserver_loss",
     "clear_gpu_fault",
+    "driver_rollout",
+    "end_driver_rollout",
     "freeze_service",
     "gpu_fault",
     "heal",
@@ -281,3 +285,38 @@ def monitoring_outage(alertmanager: bool = False, lab: str = "lab") -> str:
     mon = handle.spec.monitoring.host.name
     services = ["prometheus", "alertmanager"] if alertmanager else ["prometheus"]
     return "; ".join(_service_fault(mon, s, lab, "kill", group="monitoring-outage") for s in services)
+
+
+def driver_rollout(
+    to: str, broken: bool = True, base: str = "550.90.07", waves: str = "1,rest", timeout_s: float = 900,
+    lab: str = "lab",
+) -> str:  # fmt: skip
+    """A GPU driver rollout in the lab (ha_ops.lab.rollouts) to `to`, built as a driver that loses every GPU when
+    `broken`, from the version the GPU nodes run (`base` is installed first where the role never ran). The remediation
+    controllers are stopped for it (the agents drain in Slurm): they would also act on the GPUs a bad driver loses.
+    Blocks until the rollout ends; returns its phase and reason."""
+    from ha_ops.lab import rollouts
+
+    handle = _lab(lab)
+    faults.record(handle, "rollout:driver", "end_driver_rollout")
+    handle.use_controllers(False)
+    rollouts.prepare(handle, base, {to: not broken})
+    current = set(rollouts.active_versions(handle).values())
+    if len(current) != 1:
+        raise LabError(f"the GPU nodes run different drivers ({', '.join(map(str, sorted(current, key=str)))})")
+    (from_version,) = current
+    assert from_version is not None
+    argv = rollouts.rollout_args(handle, to, from_version, "--soak", "0", "--waves", waves)
+    result = rollouts.on_operator_node(handle, *argv, timeout=timeout_s)
+    if not result.stdout.lstrip().startswith("{"):
+        raise LabError(f"the rollout to {to} printed no summary: {result.stderr[-1500:]}")
+    summary = json.loads(result.stdout)
+    return f"rollout to {to}: {summary['phase']}" + (f" ({summary['reason']})" if summary["reason"] else "")
+
+
+def end_driver_rollout(lab: str = "lab") -> str:
+    """Undo a driver rollout fault: an open rollout aborted with rollback, the remediation controllers back."""
+    handle = _lab(lab)
+    rollbacks.end_driver_rollout(handle)
+    faults.forget(handle, "rollout:driver")
+    return "driver rollout ended; controllers running"

@@ -30,6 +30,8 @@ __all__ = [
     "reachable",
     "remediation_leader",
     "remediation_lease_holder",
+    "rollout_fleet_as_before",
+    "rollout_phase",
     "slurm_controller_responds",
     "slurm_controller_status",
     "slurm_node_state",
@@ -259,3 +261,25 @@ def storage_data_intact(folder: str = "chaos-probe", files: int = 4, lab: str = 
     manifest = json.loads(manifest_path.read_text())
     intact = not storage_ops.unreadable_files(handle, manifest)
     return intact and not storage_ops.under_replicated(handle, list(manifest))
+
+
+def rollout_phase(lab: str = "lab") -> str:
+    """The phase of the lab's driver rollout (planned, running, halted, completed, ...), or "none"."""
+    from ha_ops.lab import rollouts
+
+    return rollouts.rollout_state(_lab(lab)).get("phase", "none")
+
+
+def rollout_fleet_as_before(lab: str = "lab") -> bool:
+    """True when every GPU node runs the driver it ran before the lab's rollout touched it (by the role's fact) and
+    its GPUs report that version, and no node is half-way (its GPUs disagree or are lost)."""
+    from ha_ops.lab import rollouts
+
+    handle = _lab(lab)
+    nodes = rollouts.rollout_state(handle).get("nodes", {})
+    active, reported = rollouts.active_versions(handle), rollouts.reported_versions(handle)
+    for name, version in active.items():
+        before = (nodes.get(name, {}).get("before") or {}).get("active_version")
+        if version is None or reported[name] != [version] or before not in (None, version):
+            return False
+    return True

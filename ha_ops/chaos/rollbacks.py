@@ -75,3 +75,20 @@ def restore_node(lab: Lab, node: str) -> None:
         handle.repair_hardware()  # the controller's power cycle already brought it back: leave it running
     else:
         handle.power_cycle(repair=True)
+
+
+def end_driver_rollout(lab: Lab) -> None:
+    """After a driver rollout fault: a rollout still open is aborted with every changed node rolled back, and the
+    remediation controllers run again."""
+    import sys
+
+    from ha_ops.lab import rollouts
+
+    state = rollouts.rollout_state(lab)
+    if state and state["phase"] not in ("halted", "completed", "aborted"):
+        state_dir = str(rollouts.files(lab).state_dir)
+        argv = [sys.executable, "-m", "ha_ops", "rollout", "abort", "--rollback", "--state-dir", state_dir, "--json"]
+        result = rollouts.on_operator_node(lab, *argv, timeout=900)
+        if not result.ok:
+            log.error("aborting the rollout failed: %s", result.stderr[-1500:])
+    lab.use_controllers(True)

@@ -7,7 +7,8 @@ Files in the state directory (default /var/lib/ha-ops/rollout, `HA_OPS_ROLLOUT_D
                  `ha-ops rollout pause` never races the executor's writes: the CLI writes it (under `control.lock`),
                  the executor only reads it, between steps.
 - `rollout.lock` flock held by the process driving the rollout: a second one is refused while it lives. The kernel
-                 drops the lock when that process dies, even by kill -9; the state then says where it stopped.
+                 drops the lock when that process dies, even by kill -9; the state then says where it stopped. The
+                 next holder first waits for what the dead one started (ha_ops.rollout.leftovers).
 - `history/`     the state of earlier, finished rollouts.
 
 Node steps (the normal path first):
@@ -40,6 +41,7 @@ from typing import Literal
 from pydantic import BaseModel, Field, ValidationError
 
 from ha_ops.errors import HaOpsError
+from ha_ops.rollout import leftovers
 from ha_ops.rollout.plan import Plan
 from ha_ops.rollout.policy import RolloutPolicy
 from ha_ops.rollout.protocols import DriverFacts
@@ -312,6 +314,9 @@ class RolloutStore:
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self._lock_fd, self._depth = fd, 1
         try:
+            # The lock died with an earlier holder, but what that holder started may still be changing a node.
+            leftovers.wait_gone(self.directory)
+            leftovers.mark(self.directory)
             yield
         finally:
             self._depth = 0

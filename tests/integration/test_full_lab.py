@@ -110,5 +110,6 @@ def test_every_runbook_is_verified_in_the_lab(flab: Lab) -> None:
     assert names == {
         "gpu-failure", "node-loss", "fabric-link-failure", "silent-link-failure", "slurm-primary-failure",
         "remediation-controller-failure", "storage-node-failure", "storage-master-failure", "monitoring-outage",
+        "driver-rollout-failure",
     }  # fmt: skip
     assert faults.active(flab) == []

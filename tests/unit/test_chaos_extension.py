@@ -17,7 +17,8 @@ def test_discovered_activities_are_exactly_these() -> None:
     activities = {(a["type"], a["name"]) for a in discover()["activities"]}
     assert activities == {
         *(("action", n) for n in (
-            "bandwidth_limit", "chunkserver_loss", "clear_gpu_fault", "freeze_service", "gpu_fault", "heal",
+            "bandwidth_limit", "chunkserver_loss", "clear_gpu_fault", "driver_rollout", "end_driver_rollout",
+            "freeze_service", "gpu_fault", "heal",
             "kill_remediation_leader", "kill_service", "link_down", "link_up", "monitoring_outage", "node_loss",
             "packet_loss", "partition", "restart_service",
             "silent_link_drop", "slurm_primary_failover", "start_service", "stop_service", "storage_master_loss",
@@ -26,7 +27,8 @@ def test_discovered_activities_are_exactly_these() -> None:
             "agent_verdict", "alert_firing", "alertmanager_alert_active", "controller_phase", "controller_took_out",
             "ecmp_paths",
             "gpu_capacity_in_service", "job_ran_exactly_once", "job_runs", "job_state", "monitoring_outage_seen",
-            "prometheus_query", "reachable", "remediation_leader", "remediation_lease_holder",
+            "prometheus_query", "reachable", "remediation_leader", "rollout_fleet_as_before", "rollout_phase",
+            "remediation_lease_holder",
             "slurm_controller_responds", "slurm_controller_status", "slurm_node_state", "slurm_nodes_in_service",
             "storage_data_intact", "storage_health", "storage_healthy")),
     }  # fmt: skip

@@ -40,7 +40,7 @@ def test_a_runbook_without_front_matter_or_sections_is_refused(tmp_path: Path) -
 def test_every_shipped_runbook_loads_with_its_sections_and_experiment() -> None:
     folder = Path(__file__).resolve().parents[2] / "runbooks"
     books = sorted(p for p in folder.glob("*.md") if p.name != "README.md")
-    assert len(books) == 9
+    assert len(books) == 10
     for path in books:
         runbook, _body = load_runbook(path)
         assert runbook.trigger.experiment.exists() and runbook.checks, path.name
