@@ -162,6 +162,29 @@ class Remediation(StrictModel):
     opt_out: list[HostName] = Field(default_factory=list)
 
 
+class Kubernetes(StrictModel):
+    """A Kubernetes control plane for the cluster's GPU nodes. In the lab: etcd, kube-apiserver,
+    kube-controller-manager and kube-scheduler on loopback, and KWOK standing in for the kubelets (the GPU nodes are
+    registered as Nodes it keeps Ready, and pods bound to them become Running)."""
+
+    api_port: Port = 16443
+    etcd_port: Port = 12379
+    service_cidr: Cidr = IPv4Network("10.96.0.0/16")
+    # Lab only: how many extra KWOK GPU nodes to register beside the spec's own (scale tests).
+    extra_kwok_nodes: int = Field(default=0, ge=0, le=10_000)
+
+
+class Images(StrictModel):
+    """Container images of the ha-ops services on Kubernetes (the agent DaemonSet, the remediation controller).
+
+    Written as references; the HA policy (ha_ops/iac/policy.py, rule HA-IMAGE-DIGEST) refuses any that is not
+    pinned by digest (`name@sha256:<64 hex>`) before anything is built: a tag can move under a running cluster.
+    """
+
+    agent: str = Field(min_length=1)
+    controller: str = Field(min_length=1)
+
+
 class ClusterSpec(StrictModel):
     version: Annotated[Literal[1], BeforeValidator(_exact_int)] = 1
     name: HostName
@@ -175,6 +198,8 @@ class ClusterSpec(StrictModel):
     schedulers: Schedulers
     monitoring: Monitoring
     remediation: Remediation | None = None
+    kubernetes: Kubernetes | None = None
+    images: Images | None = None
 
     @model_validator(mode="after")
     def _check_rules(self) -> ClusterSpec:

@@ -1,0 +1,1 @@
+"""Infrastructure as code: the Pulumi engine run offline, and the Pulumi programs and components of ha-ops."""

@@ -1,0 +1,250 @@
+"""The Kubernetes objects of the ha-ops layer as plain data (keys as pulumi-kubernetes' typed dicts spell them).
+
+Pure, no Pulumi: ClusterK8sLayer turns each into a resource. Names are fixed, not generated: agents reach the
+controller by its Service's DNS name and Prometheus finds the rules by the ConfigMap's name.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+
+from ha_ops.health.config import AgentConfig
+from ha_ops.spec.model import ClusterSpec
+
+PART_OF = {"app.kubernetes.io/part-of": "ha-ops"}
+AGENT = "ha-ops-agent"
+CONTROLLER = "ha-ops-controller"
+AGENT_LABELS = {"app.kubernetes.io/name": AGENT, **PART_OF}
+CONTROLLER_LABELS = {"app.kubernetes.io/name": CONTROLLER, **PART_OF}
+AGENT_CONFIG_PATH = "/etc/ha-ops/agent.yaml"
+CONTROLLER_CONFIG_PATH = "/etc/ha-ops/controller.yaml"
+RULES_FILE = "ha-ops-rules.yml"
+DEFAULT_CONTROLLER_PORT = 8800
+
+# Ordered from what must never be evicted to what yields first. The ha-ops agent and controller run as "critical"
+# (below Kubernetes' own system classes, 2e9): preemptible training gives way to them and to normal jobs.
+PRIORITY_CLASSES: dict[str, dict[str, Any]] = {
+    "critical": {
+        "value": 1_000_000,
+        "preemption_policy": "PreemptLowerPriority",
+        "description": "ha-ops agent and remediation controller: must run for the cluster to heal itself",
+    },
+    "normal": {"value": 1_000, "preemption_policy": "PreemptLowerPriority", "description": "ordinary jobs"},
+    "preemptible-training": {
+        "value": 100,
+        # Training jobs checkpoint and requeue; they never push anything else off a node.
+        "preemption_policy": "Never",
+        "description": "checkpointing training jobs: preempted first, never preempt others",
+    },
+}
+
+
+class K8sLayerConfig(BaseModel):
+    """How the layer fits the Kubernetes cluster it lands on (what the spec does not say)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    namespace: str = "ha-ops"
+    monitoring_namespace: str = "monitoring"
+    prometheus_pod_labels: dict[str, str] = Field(default_factory=lambda: {"app.kubernetes.io/name": "prometheus"})
+    # The API server is not a pod, so only an address block can name it; narrow this to its endpoints.
+    api_server_cidrs: list[str] = Field(default_factory=lambda: ["0.0.0.0/0"], min_length=1)
+    api_server_ports: list[int] = Field(default_factory=lambda: [443, 6443], min_length=1)
+    gpu_node_label: str = "nvidia.com/gpu.present"  # set by NVIDIA's GPU feature discovery
+    controller_replicas: int = Field(default=2, ge=2)
+
+
+def controller_port(spec: ClusterSpec) -> int:
+    return spec.remediation.port if spec.remediation is not None else DEFAULT_CONTROLLER_PORT
+
+
+def controller_url(spec: ClusterSpec, cfg: K8sLayerConfig) -> str:
+    return f"http://{CONTROLLER}.{cfg.namespace}.svc:{controller_port(spec)}/v1/reports"
+
+
+def agent_config_yaml(spec: ClusterSpec, cfg: K8sLayerConfig) -> str:
+    """The agent's config, checked by the agent's own model so that a drift in its schema fails here, not on nodes.
+    `node` is replaced per pod by `--node $(NODE_NAME)`."""
+    data = {
+        "node": "set-by-node-flag",
+        "backend": "nvml",
+        "metrics": {"address": "0.0.0.0", "port": spec.monitoring.agent_port},
+        # On Kubernetes the controller acts; the agent only reports.
+        "slurm": {"enabled": False},
+        "controller": {"urls": [controller_url(spec, cfg)]},
+    }
+    AgentConfig.model_validate(data)
+    return yaml.safe_dump(data, sort_keys=False)
+
+
+def zone_spread_key(spec: ClusterSpec) -> str:
+    """Across zones where the spec has several, else across nodes (a required zone rule in one zone would leave
+    the second controller pending forever)."""
+    zones = {d.zone for d in spec.failure_domains}
+    return "topology.kubernetes.io/zone" if len(zones) >= 2 else "kubernetes.io/hostname"
+
+
+def agent_pod_spec(spec: ClusterSpec, cfg: K8sLayerConfig, image: str) -> dict[str, Any]:
+    return {
+        "service_account_name": AGENT,
+        "automount_service_account_token": False,  # the agent talks to the controller, never to the API server
+        "priority_class_name": "critical",
+        "affinity": {
+            "node_affinity": {
+                "required_during_scheduling_ignored_during_execution": {
+                    "node_selector_terms": [
+                        {"match_expressions": [{"key": cfg.gpu_node_label, "operator": "In", "values": ["true"]}]}
+                    ]
+                }
+            }
+        },
+        "tolerations": [
+            {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+            # A drained node is exactly where the agent must keep reporting.
+            {"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"},
+        ],
+        "containers": [
+            {
+                "name": "agent",
+                "image": image,
+                "command": ["ha-ops"],
+                "args": ["agent", "run", "--config", AGENT_CONFIG_PATH, "--node", "$(NODE_NAME)"],
+                "env": [
+                    {"name": "NODE_NAME", "value_from": {"field_ref": {"field_path": "spec.nodeName"}}},
+                    # NVML through the NVIDIA container runtime without claiming a GPU from the jobs.
+                    {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"},
+                    {"name": "NVIDIA_DRIVER_CAPABILITIES", "value": "utility"},
+                ],
+                "ports": [{"name": "metrics", "container_port": spec.monitoring.agent_port, "protocol": "TCP"}],
+                "volume_mounts": [{"name": "config", "mount_path": "/etc/ha-ops", "read_only": True}],
+                "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}},
+                "security_context": {"allow_privilege_escalation": False, "read_only_root_filesystem": True},
+            }
+        ],
+        "volumes": [{"name": "config", "config_map": {"name": AGENT}}],
+    }
+
+
+def controller_pod_spec(spec: ClusterSpec, image: str) -> dict[str, Any]:
+    port = controller_port(spec)
+    return {
+        "service_account_name": CONTROLLER,
+        "priority_class_name": "critical",
+        "affinity": {
+            "pod_anti_affinity": {
+                "required_during_scheduling_ignored_during_execution": [
+                    {"label_selector": {"match_labels": CONTROLLER_LABELS}, "topology_key": zone_spread_key(spec)}
+                ]
+            }
+        },
+        "containers": [
+            {
+                "name": "controller",
+                "image": image,
+                "command": ["ha-ops"],
+                "args": ["controller", "run", "--config", CONTROLLER_CONFIG_PATH],
+                "env": [
+                    # The Lease's holderIdentity and namespace.
+                    {"name": "POD_NAME", "value_from": {"field_ref": {"field_path": "metadata.name"}}},
+                    {"name": "POD_NAMESPACE", "value_from": {"field_ref": {"field_path": "metadata.namespace"}}},
+                ],
+                "ports": [{"name": "http", "container_port": port, "protocol": "TCP"}],
+                "readiness_probe": {"http_get": {"path": "/healthz", "port": port}, "period_seconds": 5},
+                "volume_mounts": [{"name": "config", "mount_path": "/etc/ha-ops", "read_only": True}],
+                "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}},
+                "security_context": {"allow_privilege_escalation": False, "read_only_root_filesystem": True},
+            }
+        ],
+        "volumes": [{"name": "config", "config_map": {"name": CONTROLLER}}],
+    }
+
+
+def lease_role_rules() -> list[dict[str, Any]]:
+    # Leader election only: no delete, nothing outside coordination.k8s.io.
+    return [
+        {
+            "api_groups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "verbs": ["get", "list", "watch", "create", "update", "patch"],
+        }
+    ]
+
+
+def _port(port: int, protocol: str = "TCP") -> dict[str, Any]:
+    return {"port": port, "protocol": protocol}
+
+
+def network_policies(spec: ClusterSpec, cfg: K8sLayerConfig) -> dict[str, dict[str, Any]]:
+    """Default deny in the namespace, then only what the agent and controller need. name -> NetworkPolicy spec."""
+    agents = {"match_labels": AGENT_LABELS}
+    controllers = {"match_labels": CONTROLLER_LABELS}
+    port = controller_port(spec)
+    mon = spec.monitoring
+    monitoring_ns = {"match_labels": {"kubernetes.io/metadata.name": cfg.monitoring_namespace}}
+    prometheus = {"namespace_selector": monitoring_ns, "pod_selector": {"match_labels": cfg.prometheus_pod_labels}}
+    return {
+        "default-deny": {"pod_selector": {}, "policy_types": ["Ingress", "Egress"]},
+        "allow-dns": {
+            "pod_selector": {},
+            "policy_types": ["Egress"],
+            "egress": [
+                {
+                    "to": [
+                        {
+                            "namespace_selector": {"match_labels": {"kubernetes.io/metadata.name": "kube-system"}},
+                            "pod_selector": {"match_labels": {"k8s-app": "kube-dns"}},
+                        }
+                    ],
+                    "ports": [_port(53, "UDP"), _port(53, "TCP")],
+                }
+            ],
+        },
+        "agents-to-controller": {
+            "pod_selector": agents,
+            "policy_types": ["Egress"],
+            "egress": [{"to": [{"pod_selector": controllers}], "ports": [_port(port)]}],
+        },
+        "controller-from-agents": {
+            "pod_selector": controllers,
+            "policy_types": ["Ingress"],
+            "ingress": [{"from": [{"pod_selector": agents}], "ports": [_port(port)]}],
+        },
+        "prometheus-scrape": {
+            "pod_selector": {
+                "match_expressions": [
+                    {"key": "app.kubernetes.io/name", "operator": "In", "values": [AGENT, CONTROLLER]}
+                ]
+            },
+            "policy_types": ["Ingress"],
+            "ingress": [
+                {
+                    "from": [prometheus],
+                    "ports": [_port(mon.agent_port), _port(port)],
+                }
+            ],
+        },
+        "controller-to-apiserver": {
+            "pod_selector": controllers,
+            "policy_types": ["Egress"],
+            "egress": [
+                {
+                    "to": [{"ip_block": {"cidr": cidr}} for cidr in cfg.api_server_cidrs],
+                    "ports": [_port(p) for p in cfg.api_server_ports],
+                }
+            ],
+        },
+        # The controller watches Prometheus and raises HaOpsPrometheusDown on Alertmanager itself.
+        "controller-to-monitoring": {
+            "pod_selector": controllers,
+            "policy_types": ["Egress"],
+            "egress": [
+                {
+                    "to": [{"namespace_selector": monitoring_ns}],
+                    "ports": [_port(mon.prometheus_port), _port(mon.alertmanager_port)],
+                }
+            ],
+        },
+    }

@@ -1,0 +1,235 @@
+"""ClusterK8sLayer under Pulumi mocks: the Kubernetes objects ha-ops needs, each checked for what makes it highly
+available or safe, and refused (nothing created) when an image is not pinned by digest."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import yaml
+
+from ha_ops.errors import SpecError
+from ha_ops.health.config import AgentConfig
+from ha_ops.iac.components import ClusterK8sLayer, ClusterK8sLayerArgs, K8sLayerConfig
+from ha_ops.iac.violations import PolicyViolationError
+from ha_ops.monitoring.rules import rules_yaml
+from ha_ops.spec.model import ClusterSpec, Images
+from tests.unit.iac_harness import Harness, Registered
+from tests.unit.iac_specs import AGENT_IMAGE, CONTROLLER_IMAGE, changed, example
+
+CONTROLLER_CONFIG = "id: ctl\nstate_dir: /var/lib/ha-ops/controller\npools: {gpu: {nodes: [gpu1, gpu2]}}\n"
+IMAGES = Images(agent=AGENT_IMAGE, controller=CONTROLLER_IMAGE)
+
+
+@pytest.fixture
+def mocks() -> Harness:
+    return Harness.install()
+
+
+def build(mocks: Harness, spec: ClusterSpec | None = None, **args: Any) -> ClusterK8sLayer:
+    spec = spec or example("production.yaml")
+    layer_args = ClusterK8sLayerArgs(spec, CONTROLLER_CONFIG, **({"images": IMAGES} | args))
+    layer = mocks.run(lambda: ClusterK8sLayer("ha", layer_args))
+    assert isinstance(layer, ClusterK8sLayer)
+    return layer
+
+
+def obj(mocks: Harness, kind: str, name: str) -> dict[str, Any]:
+    """The inputs of the Kubernetes object of `kind` whose metadata.name is `name`."""
+    found = [r for r in mocks.resources if r.type.endswith(f":{kind}") and r.inputs["metadata"]["name"] == name]
+    assert len(found) == 1, f"{kind} {name}: {len(found)}"
+    return found[0].inputs
+
+
+def selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
+    """Kubernetes label selector semantics (matchLabels, In/Exists expressions); {} selects everything."""
+    if any(labels.get(k) != v for k, v in selector.get("matchLabels", {}).items()):
+        return False
+    for expr in selector.get("matchExpressions", []):
+        if expr["operator"] == "In" and labels.get(expr["key"]) not in expr["values"]:
+            return False
+        if expr["operator"] == "Exists" and expr["key"] not in labels:
+            return False
+    return True
+
+
+def test_everything_is_created_under_the_component_with_its_outputs(mocks: Harness) -> None:
+    build(mocks)
+    component = mocks.one("haops:kubernetes:ClusterK8sLayer", "ha")
+    children = [r for r in mocks.resources if r != component]
+    assert children and all(mocks.parent(r) == component for r in children)
+    kinds = sorted(r.type for r in children)
+    assert kinds.count("kubernetes:networking.k8s.io/v1:NetworkPolicy") == 7
+    assert kinds.count("kubernetes:scheduling.k8s.io/v1:PriorityClass") == 3
+    for kind in ["Namespace", "DaemonSet", "Deployment", "Role", "RoleBinding", "PodDisruptionBudget", "Service"]:
+        assert sum(t.endswith(f":{kind}") for t in kinds) == 1, kind
+    out = mocks.outputs(component)
+    assert out["namespace"] == "ha-ops"
+    assert (out["agent_daemonset"], out["controller_deployment"]) == ("ha-ops-agent", "ha-ops-controller")
+    assert out["priority_classes"] == ["critical", "normal", "preemptible-training"]
+    assert out["images"] == {"agent": AGENT_IMAGE, "controller": CONTROLLER_IMAGE}
+    assert "default-deny" in out["network_policies"]
+    assert out["controller_url"] == "http://ha-ops-controller.ha-ops.svc:8800/v1/reports"
+
+
+def test_priority_classes_order_the_agent_above_jobs_and_training_below(mocks: Harness) -> None:
+    build(mocks)
+    critical, normal, training = (
+        obj(mocks, "PriorityClass", n) for n in ["critical", "normal", "preemptible-training"]
+    )
+    assert critical["value"] > normal["value"] > training["value"]
+    assert training["preemptionPolicy"] == "Never"
+    assert critical["value"] < 1_000_000_000  # below Kubernetes' own system classes
+
+
+def test_the_agent_runs_on_every_gpu_node_only(mocks: Harness) -> None:
+    spec = example("production.yaml")
+    build(mocks, spec)
+    ds = obj(mocks, "DaemonSet", "ha-ops-agent")
+    pod = ds["spec"]["template"]["spec"]
+    terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert terms == [{"matchExpressions": [{"key": "nvidia.com/gpu.present", "operator": "In", "values": ["true"]}]}]
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
+    assert any(t["key"] == "node.kubernetes.io/unschedulable" for t in pod["tolerations"])
+    assert pod["priorityClassName"] == "critical"
+    assert pod["automountServiceAccountToken"] is False
+    (container,) = pod["containers"]
+    assert container["image"] == AGENT_IMAGE
+    assert container["args"][-2:] == ["--node", "$(NODE_NAME)"]
+    assert container["ports"][0]["containerPort"] == spec.monitoring.agent_port
+    assert "nvidia.com/gpu" not in container.get("resources", {}).get("limits", {})  # never takes a job's GPU
+    assert selects(ds["spec"]["selector"], ds["spec"]["template"]["metadata"]["labels"])
+
+    # Its config is the agent's own model: metrics on the scraped port, reports to the controller's Service.
+    config = AgentConfig.model_validate(yaml.safe_load(obj(mocks, "ConfigMap", "ha-ops-agent")["data"]["agent.yaml"]))
+    assert config.metrics.port == spec.monitoring.agent_port
+    assert config.slurm.enabled is False
+    assert config.controller.urls == ["http://ha-ops-controller.ha-ops.svc:8800/v1/reports"]
+
+
+@pytest.mark.parametrize(("spec_name", "topology"), [
+    ("production.yaml", "topology.kubernetes.io/zone"),  # two zones: one replica in each
+    ("lab.yaml", "kubernetes.io/hostname"),  # one zone: a zone rule would leave a replica pending forever
+])  # fmt: skip
+def test_the_controller_runs_two_replicas_kept_apart(mocks: Harness, spec_name: str, topology: str) -> None:
+    build(mocks, example(spec_name))
+    deploy = obj(mocks, "Deployment", "ha-ops-controller")
+    spec = deploy["spec"]
+    assert spec["replicas"] == 2
+    labels = spec["template"]["metadata"]["labels"]
+    (rule,) = spec["template"]["spec"]["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert rule["topologyKey"] == topology
+    assert selects(rule["labelSelector"], labels)
+    assert spec["strategy"]["rollingUpdate"] == {"maxSurge": 0, "maxUnavailable": 1}
+    assert spec["template"]["spec"]["containers"][0]["image"] == CONTROLLER_IMAGE
+
+    pdb = obj(mocks, "PodDisruptionBudget", "ha-ops-controller")
+    assert pdb["spec"]["minAvailable"] == 1
+    assert selects(pdb["spec"]["selector"], labels)
+    service = obj(mocks, "Service", "ha-ops-controller")
+    assert selects({"matchLabels": service["spec"]["selector"]}, labels)
+
+
+def test_the_controller_may_only_use_leases(mocks: Harness) -> None:
+    build(mocks)
+    role = obj(mocks, "Role", "ha-ops-controller-leases")
+    assert role["rules"] == [
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "verbs": ["get", "list", "watch", "create", "update", "patch"],
+        }
+    ]
+    binding = obj(mocks, "RoleBinding", "ha-ops-controller-leases")
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "Role",
+        "name": role["metadata"]["name"],
+    }
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "ha-ops-controller", "namespace": "ha-ops"}]
+    deploy = obj(mocks, "Deployment", "ha-ops-controller")
+    assert deploy["spec"]["template"]["spec"]["serviceAccountName"] == "ha-ops-controller"
+
+
+def _policies(mocks: Harness) -> dict[str, dict[str, Any]]:
+    found: list[Registered] = mocks.of_type("kubernetes:networking.k8s.io/v1:NetworkPolicy")
+    return {r.inputs["metadata"]["name"]: r.inputs["spec"] for r in found}
+
+
+def test_network_policies_deny_by_default_and_allow_only_what_is_needed(mocks: Harness) -> None:
+    spec = example("production.yaml")
+    build(mocks, spec, config=K8sLayerConfig(api_server_cidrs=["10.0.0.10/32"]))
+    policies = _policies(mocks)
+    agent = obj(mocks, "DaemonSet", "ha-ops-agent")["spec"]["template"]["metadata"]["labels"]
+    controller = obj(mocks, "Deployment", "ha-ops-controller")["spec"]["template"]["metadata"]["labels"]
+
+    assert policies["default-deny"] == {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}
+    dns = policies["allow-dns"]["egress"][0]
+    assert {(p["port"], p["protocol"]) for p in dns["ports"]} == {(53, "UDP"), (53, "TCP")}
+
+    def allows(name: str, direction: str, pods: dict[str, str]) -> set[int]:
+        policy = policies[name]
+        assert selects(policy["podSelector"], pods), name
+        assert policy["policyTypes"] == [direction.capitalize()]
+        return {p["port"] for rule in policy[direction] for p in rule["ports"]}
+
+    assert allows("agents-to-controller", "egress", agent) == {8800}
+    assert selects(policies["agents-to-controller"]["egress"][0]["to"][0]["podSelector"], controller)
+    assert allows("controller-from-agents", "ingress", controller) == {8800}
+    assert selects(policies["controller-from-agents"]["ingress"][0]["from"][0]["podSelector"], agent)
+    assert allows("prometheus-scrape", "ingress", agent) == {spec.monitoring.agent_port, 8800}
+    assert allows("prometheus-scrape", "ingress", controller) == {spec.monitoring.agent_port, 8800}
+    scraper = policies["prometheus-scrape"]["ingress"][0]["from"][0]
+    assert scraper["namespaceSelector"] == {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}
+    assert allows("controller-to-apiserver", "egress", controller) == {443, 6443}
+    assert policies["controller-to-apiserver"]["egress"][0]["to"] == [{"ipBlock": {"cidr": "10.0.0.10/32"}}]
+    assert allows("controller-to-monitoring", "egress", controller) == {9090, 9093}
+    # The agent may reach nothing but the controller (and DNS).
+    agent_egress = [n for n, p in policies.items() if "egress" in p and selects(p["podSelector"], agent)]
+    assert sorted(agent_egress) == ["agents-to-controller", "allow-dns"]
+
+
+def test_the_alert_rules_are_the_ones_ha_ops_renders(mocks: Harness) -> None:
+    build(mocks)
+    data = obj(mocks, "ConfigMap", "ha-ops-alert-rules")["data"]
+    assert data == {"ha-ops-rules.yml": rules_yaml()}
+    assert {g["name"] for g in yaml.safe_load(data["ha-ops-rules.yml"])["groups"]} == {"ha-ops-lab", "ha-ops-cluster"}
+
+
+def test_an_image_by_tag_is_refused_before_anything_is_created(mocks: Harness) -> None:
+    tagged = Images(agent="registry.example/ha-ops/agent:1.0", controller=CONTROLLER_IMAGE)
+    with pytest.raises(PolicyViolationError) as info:
+        build(mocks, images=tagged)
+    assert [(v.rule, v.field) for v in info.value.violations] == [
+        ("HA-IMAGE-DIGEST", "ClusterK8sLayerArgs.images.agent")
+    ]
+    assert mocks.resources == []
+
+
+def test_images_come_from_the_spec_when_not_given_and_are_checked_there(mocks: Harness) -> None:
+    spec = changed(
+        "production.yaml",
+        lambda d: d.update(images={"agent": AGENT_IMAGE, "controller": "registry.example/ha-ops/controller:2"}),
+    )
+    with pytest.raises(PolicyViolationError) as info:
+        build(mocks, spec, images=None)
+    assert [(v.rule, v.field) for v in info.value.violations] == [("HA-IMAGE-DIGEST", "images.controller")]
+    assert mocks.resources == []
+
+    pinned = changed(
+        "production.yaml", lambda d: d.update(images={"agent": AGENT_IMAGE, "controller": CONTROLLER_IMAGE})
+    )
+    build(mocks, pinned, images=None)
+    deploy = obj(mocks, "Deployment", "ha-ops-controller")
+    assert deploy["spec"]["template"]["spec"]["containers"][0]["image"] == CONTROLLER_IMAGE
+
+
+def test_no_images_at_all_or_a_bad_controller_config_create_nothing(mocks: Harness) -> None:
+    with pytest.raises(SpecError, match="images: no images given"):
+        build(mocks, example("lab.yaml"), images=None)
+    args = ClusterK8sLayerArgs(example("lab.yaml"), "state_dir: /x\nport: nope\n", images=IMAGES)
+    with pytest.raises(SpecError) as info:
+        mocks.run(lambda: ClusterK8sLayer("ha", args))
+    assert any(p.startswith("controller_config_yaml.id:") for p in info.value.problems)
+    assert any(p.startswith("controller_config_yaml.port:") for p in info.value.problems)
+    assert mocks.resources == []
