@@ -15,7 +15,7 @@ unit:
 	$(PY) -m pytest tests/unit -q
 
 lab-test:
-	$(PY) -m pytest tests/integration -q -m lab
+	$(PY) -m pytest tests/integration -q -m "lab or tools"
 
 lint:
 	$(VENV)/bin/ruff check ha_ops tests

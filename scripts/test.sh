@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The test command: lint, unit tests, then the lab integration tests (root; real daemons).
+# The test command: lint, unit tests, then the integration tests: the lab (root; real daemons) and the Go-built tools.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PWD/.venv/bin:$PATH"
@@ -10,7 +10,7 @@ yamllint roles playbooks .config
 ansible-lint roles playbooks
 python -m pytest tests/unit -q
 if [ "$(id -u)" -eq 0 ]; then
-  python -m pytest tests/integration -q -m lab
+  python -m pytest tests/integration -q -m "lab or tools"
 else
   echo "test: the lab tests need root; run 'sudo make test'" >&2
   exit 1

@@ -12,6 +12,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
 # Pins. Bumping one changes the cache key, so the next run rebuilds just that tool.
 PULUMI_VERSION=v3.274.1
+PULUMI_LANGUAGE_PYTHON_VERSION=v3.79.0
 # The provider module has no tags of its own (the repo tags the root and sdk/ only), so the proxy serves one
 # pseudo-version: a commit of 2026-01-15, the day before v4.25.0, whose SDK module tag (sdk/v4.25.0) stands in for
 # its `../sdk` replace.
@@ -29,9 +30,9 @@ LINKS=$ROOT/tools/bin
 
 # name|version|binaries, in build order: the quick ones first, so a cold run makes them usable early.
 TOOL_TABLE="
-kwok|$KWOK_VERSION|kwok
+kwok|$KWOK_VERSION|kwok kwok-stages.yaml
 etcd|$ETCD_VERSION|etcd etcdctl
-pulumi-language-python|$PULUMI_VERSION|pulumi-language-python
+pulumi-language-python|$PULUMI_LANGUAGE_PYTHON_VERSION|pulumi-language-python pulumi-language-python-exec pulumi-resource-pulumi-python
 pulumi-resource-kubernetes|$PULUMI_KUBERNETES_PROVIDER_VERSION|pulumi-resource-kubernetes
 pulumi|$PULUMI_VERSION|pulumi
 kubernetes|$KUBERNETES_VERSION|kube-apiserver kube-controller-manager kube-scheduler
@@ -43,7 +44,7 @@ is_built() { # name version bins...: file checks only, so a warm run never start
   local dir bin
   dir=$(tool_dir "$1" "$2")
   shift 2
-  for bin in "$@"; do [ -x "$dir/bin/$bin" ] || return 1; done
+  for bin in "$@"; do [ -f "$dir/bin/$bin" ] || return 1; done
 }
 
 link_tool() {
@@ -152,6 +153,15 @@ build_kwok() {
   write_wrapper "$w" "$(upstream_go_line "$gomod")" "$w.req" "$w.rep" "$w.extra" "$dir/go.sum"
   cd "$w"
   gocmd build -mod=mod -trimpath -ldflags "-s -w" -o "$out/kwok" sigs.k8s.io/kwok/cmd/kwok
+  # kwok runs nothing without Stage configs: the module's own "fast" node start, lease heartbeats and the general
+  # pod lifecycle, joined into one --config file.
+  local stage
+  for stage in node/fast/node-initialize node/heartbeat-with-lease/node-heartbeat-with-lease pod/general/pod-create \
+    pod/general/pod-init-container-running pod/general/pod-init-container-completed pod/general/pod-ready \
+    pod/general/pod-complete pod/general/pod-delete; do
+    echo "---"
+    cat "$dir/kustomize/stage/$stage.yaml"
+  done >"$out/kwok-stages.yaml"
 }
 
 build_etcd() {
@@ -190,20 +200,26 @@ build_pulumi() {
 }
 
 build_pulumi-language-python() {
-  # The host lives in its own module inside the pulumi repo (sdk/python/cmd/pulumi-language-python, replacing
-  # pkg/v3 and sdk/v3 with the tree around it). Left in so the build starts working the day the proxy serves it.
+  # Since v3.80.0 the host is its own module (sdk/python/cmd/pulumi-language-python/v3), which the proxy refuses
+  # (403) at every version; up to v3.79.0 it lived inside sdk/v3, which is served. So the host comes from
+  # sdk/v3@$PULUMI_LANGUAGE_PYTHON_VERSION, with its exec shim (a Python script it runs the program through, found
+  # on PATH) and the dynamic provider's shim. The CLI talks to it over the versioned gRPC language protocol; tests/integration/test_pulumi.py shows
+  # the pair runs a program with a dynamic provider end to end.
   local out=$1 version=$2 w=$GODIR/src/pulumi-language-python-$2 dir gomod fetched
-  local mod=github.com/pulumi/pulumi/sdk/python/cmd/pulumi-language-python/v3
+  local mod=github.com/pulumi/pulumi/sdk/v3
   fetched=$(mod_fetch "$mod@$version")
   read -r dir gomod <<<"$fetched"
-  printf '%s\n' "$mod $version" "github.com/pulumi/pulumi/pkg/v3 $version" "github.com/pulumi/pulumi/sdk/v3 $version" >"$w.req"
+  echo "$mod $version" >"$w.req"
   wrapper_replaces "$gomod" "$version" >"$w.rep"
   upstream_godebug "$gomod" >"$w.extra"
   write_wrapper "$w" "$(upstream_go_line "$gomod")" "$w.req" "$w.rep" "$w.extra" "$dir/go.sum"
   cd "$w"
   gocmd build -mod=mod -trimpath \
-    -ldflags "-s -w -X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=$version" \
-    -o "$out/pulumi-language-python" "$mod"
+    -ldflags "-s -w -X $mod/go/common/version.Version=$version" \
+    -o "$out/pulumi-language-python" "$mod/python/cmd/pulumi-language-python"
+  run install -m 0755 "$dir/python/cmd/pulumi-language-python-exec" "$out/pulumi-language-python-exec"
+  # The provider behind Python dynamic resources: a shim running `python -m pulumi.dynamic`.
+  run install -m 0755 "$dir/python/dist/pulumi-resource-pulumi-python" "$out/pulumi-resource-pulumi-python"
 }
 
 build_pulumi-resource-kubernetes() {
@@ -299,7 +315,7 @@ while IFS='|' read -r name version bins; do
   set -e
   took=$((SECONDS - t0))
   # shellcheck disable=SC2086
-  if [ "$rc" -eq 0 ] && (cd "$dir.partial/bin" && for b in $bins; do [ -x "$b" ] || exit 1; done); then
+  if [ "$rc" -eq 0 ] && (cd "$dir.partial/bin" && for b in $bins; do [ -f "$b" ] || exit 1; done); then
     rm -rf "$dir"
     mv "$dir.partial" "$dir"
     # shellcheck disable=SC2086

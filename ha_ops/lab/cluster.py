@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ha_ops.errors import LabError, NotRootError
-from ha_ops.lab import agents, controllers, fabric, monitoring, netns, process, slurm, sshd, storage
+from ha_ops.lab import agents, controllers, fabric, kubernetes, monitoring, netns, process, slurm, sshd, storage
 from ha_ops.lab.context import LabContext, ServiceDef
 from ha_ops.lab.http import http_get
 from ha_ops.lab.paths import NODE_DIR, LabPaths, netns_name
@@ -140,6 +140,7 @@ class Lab:
         agents.prepare(ctx)
         controllers.prepare(ctx)
         storage.prepare(ctx)
+        kubernetes.prepare(ctx)
 
         progress(f"creating {len(ctx.switch_names()) + len(ctx.host_names())} nodes")
         for name in ctx.switch_names():
@@ -165,6 +166,9 @@ class Lab:
         self._ensure_services(state, monitoring.monitoring_services(ctx))
         self._ensure_services(state, controllers.controller_services(ctx))
         self._ensure_services(state, agents.agent_services(ctx))
+        if kubernetes.enabled(ctx):
+            progress("starting Kubernetes (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, KWOK)")
+            self._ensure_services(state, kubernetes.services(ctx))
 
         deadline = time.monotonic() + timeout
         progress("waiting for BGP sessions and ECMP routes")
@@ -179,9 +183,23 @@ class Lab:
         )
         wait_for("every slurmctld answering", lambda: self._every_slurmctld_answers(state),
                  timeout=max(1.0, deadline - time.monotonic()), interval=0.5)  # fmt: skip
+        if kubernetes.enabled(ctx):
+            self._ensure_kubernetes_nodes(progress, deadline)
         progress("waiting for Prometheus, Alertmanager, sshd and the agents")
         wait_for("monitoring and sshd ready", lambda: not self.endpoint_problems(),
                  timeout=max(1.0, deadline - time.monotonic()), interval=0.1)  # fmt: skip
+
+    def _ensure_kubernetes_nodes(self, progress: Progress, deadline: float) -> None:
+        api = kubernetes.client(self.ctx)
+        progress("waiting for the Kubernetes API")
+        # The API server's first start creates its RBAC bootstrap and priority levels: allow it a minute of its own.
+        wait_for("kube-apiserver ready", api.healthy, timeout=max(60.0, deadline - time.monotonic()), interval=0.25)
+        total = len(kubernetes.gpu_nodes(self.ctx))
+        progress(f"Kubernetes API ready; registering the {total} GPU nodes with KWOK")
+        created = kubernetes.register_nodes(self.ctx, api)
+        progress(f"registered {created} new KWOK GPU node(s); waiting for all {total} to be Ready")
+        wait_for("every KWOK GPU node Ready", lambda: not kubernetes.problems(self.ctx),
+                 timeout=max(60.0 + total / 20, deadline - time.monotonic()), interval=0.5)  # fmt: skip
 
     def _ensure_storage(self, state: LabState) -> None:
         from ha_ops.lab import storage_ops
@@ -378,6 +396,8 @@ class Lab:
         except Exception as exc:
             problems.append(f"slurm: no controller answers ({exc})")
         problems += self.endpoint_problems()
+        if kubernetes.enabled(self.ctx):
+            problems += kubernetes.problems(self.ctx)
         return {
             "lab": state.lab,
             "root": state.root,
@@ -388,6 +408,7 @@ class Lab:
             "slurm": slurm_info,
             "prometheus": monitoring.prometheus_url(self.ctx),
             "alertmanager": monitoring.alertmanager_url(self.ctx),
+            "kubernetes": kubernetes.summary(self.ctx),
             "problems": problems,
         }
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ def run(
     check: bool = True,
     input: str | None = None,
     env: Mapping[str, str] | None = None,
+    cwd: str | os.PathLike[str] | None = None,
     where: str = "",
 ) -> CommandResult:
     """Run argv to completion; raise CommandTimeout past `timeout`, CommandFailed on non-zero if `check`."""
@@ -40,6 +42,7 @@ def run(
             text=True,
             timeout=timeout,
             env=dict(env) if env is not None else None,
+            cwd=cwd,
             check=False,
         )
     except subprocess.TimeoutExpired as exc:

@@ -1,0 +1,226 @@
+"""Kubernetes in the lab, for a spec with a `kubernetes:` section: etcd, kube-apiserver, kube-controller-manager and
+kube-scheduler on loopback, built by scripts/tools.sh. TLS everywhere from the lab's CA (etcd too), RBAC on, each
+component with its own client certificate, and an admin kubeconfig at <lab>/kubeconfig. KWOK stands in for the
+kubelets: the spec's GPU nodes are registered as Nodes with their GPUs (`nvidia.com/gpu`) and failure-domain labels,
+KWOK keeps them Ready and turns pods bound to them Running."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ha_ops.lab.context import LabContext, ServiceDef
+from ha_ops.lab.kubeapi import KubeClient, KubeError, kubeconfig
+from ha_ops.lab.pki import LabCA, service_account_keys
+from ha_ops.spec.layout import NodeLayout
+from ha_ops.util.atomic import write_atomic
+from ha_ops.util.tools import tool
+
+KWOK_ANNOTATION = "kwok.x-k8s.io/node"
+ZONE_LABEL = "topology.kubernetes.io/zone"
+RACK_LABEL = "topology.ha-ops.io/rack"
+DOMAIN_LABEL = "topology.ha-ops.io/failure-domain"
+GPU_RESOURCE = "nvidia.com/gpu"
+LOOPBACK = "127.0.0.1"
+
+
+def enabled(ctx: LabContext) -> bool:
+    return ctx.spec.kubernetes is not None
+
+
+def folder(ctx: LabContext) -> Path:
+    return ctx.paths.root / "kubernetes"
+
+
+def kubeconfig_path(ctx: LabContext) -> Path:
+    """The admin kubeconfig (group system:masters), for people and tests."""
+    return ctx.paths.root / "kubeconfig"
+
+
+def _ports(ctx: LabContext) -> tuple[int, int]:
+    assert ctx.spec.kubernetes is not None
+    return ctx.spec.kubernetes.api_port, ctx.spec.kubernetes.etcd_port
+
+
+def api_server(ctx: LabContext) -> str:
+    return f"https://{LOOPBACK}:{_ports(ctx)[0]}"
+
+
+# Each component's client identity: (file name, CN = user, O = groups). The built-in ClusterRoles bind the
+# controller manager's and the scheduler's users; KWOK and the admin act for the whole cluster.
+CLIENTS = {
+    "admin": ("kubernetes-admin", ("system:masters",)),
+    "controller-manager": ("system:kube-controller-manager", ()),
+    "scheduler": ("system:kube-scheduler", ()),
+    "kwok": ("ha-ops:kwok", ("system:masters",)),
+}
+
+
+def prepare(ctx: LabContext) -> None:
+    """Certificates, keys and kubeconfigs (kept when they exist, so a lab brought up again keeps its identities)."""
+    if not enabled(ctx):
+        return
+    assert ctx.spec.kubernetes is not None
+    pki = folder(ctx) / "pki"
+    ca = LabCA(pki)
+    ca.ensure(f"ha-ops lab {ctx.spec.name} CA")
+    service_ip = str(next(ctx.spec.kubernetes.service_cidr.hosts()))
+    names = (LOOPBACK, "localhost", service_ip, "kubernetes", "kubernetes.default", "kubernetes.default.svc")
+    ca.issue("apiserver", "kube-apiserver", server_names=names, client=False)
+    ca.issue("etcd", "etcd", server_names=(LOOPBACK, "localhost"), client=False)
+    ca.issue("apiserver-etcd-client", "kube-apiserver-etcd-client")
+    service_account_keys(pki)
+    for name, (user, groups) in CLIENTS.items():
+        cert = ca.issue(f"client-{name}", user, groups=groups)
+        config = kubeconfig(api_server(ctx), ca.paths.cert, cert.cert, cert.key, user)
+        path = kubeconfig_path(ctx) if name == "admin" else folder(ctx) / f"{name}.kubeconfig"
+        write_atomic(path, yaml.safe_dump(config, sort_keys=False), mode=0o600)
+
+
+def services(ctx: LabContext) -> list[ServiceDef]:
+    """The control plane and KWOK, as root-namespace daemons on loopback (etcd first: the API server waits for it)."""
+    if not enabled(ctx):
+        return []
+    assert ctx.spec.kubernetes is not None
+    k8s, logs = folder(ctx), ctx.paths.host_logs
+    pki = k8s / "pki"
+    api_port, etcd_port = _ports(ctx)
+    peer = f"http://{LOOPBACK}:{etcd_port + 1}"
+    etcd = [
+        str(tool("etcd")), "--name", "lab", "--data-dir", str(k8s / "etcd"),
+        "--listen-client-urls", f"https://{LOOPBACK}:{etcd_port}",
+        "--advertise-client-urls", f"https://{LOOPBACK}:{etcd_port}",
+        "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer, "--initial-cluster", f"lab={peer}",
+        "--cert-file", str(pki / "etcd.crt"), "--key-file", str(pki / "etcd.key"),
+        "--trusted-ca-file", str(pki / "ca.crt"), "--client-cert-auth",
+        "--quota-backend-bytes", str(2 * 1024**3), "--log-level", "warn",
+    ]  # fmt: skip
+    apiserver = [
+        str(tool("kube-apiserver")),
+        f"--etcd-servers=https://{LOOPBACK}:{etcd_port}", f"--etcd-cafile={pki / 'ca.crt'}",
+        f"--etcd-certfile={pki / 'apiserver-etcd-client.crt'}", f"--etcd-keyfile={pki / 'apiserver-etcd-client.key'}",
+        f"--bind-address={LOOPBACK}", f"--advertise-address={LOOPBACK}", f"--secure-port={api_port}",
+        f"--tls-cert-file={pki / 'apiserver.crt'}", f"--tls-private-key-file={pki / 'apiserver.key'}",
+        f"--client-ca-file={pki / 'ca.crt'}", "--authorization-mode=Node,RBAC", "--anonymous-auth=false",
+        "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+        f"--service-account-key-file={pki / 'sa.pub'}", f"--service-account-signing-key-file={pki / 'sa.key'}",
+        f"--service-cluster-ip-range={ctx.spec.kubernetes.service_cidr}", f"--cert-dir={k8s / 'apiserver-certs'}",
+        # Endpoints may not hold a loopback address: the `kubernetes` Service gets none, instead of an error loop.
+        "--endpoint-reconciler-type=none", "--profiling=false",
+    ]  # fmt: skip
+
+    def component(name: str, binary: str, *extra: str) -> list[str]:
+        config = k8s / f"{name}.kubeconfig"
+        return [str(tool(binary)), f"--kubeconfig={config}", f"--authentication-kubeconfig={config}",
+                f"--authorization-kubeconfig={config}", "--leader-elect=false", "--secure-port=0",
+                f"--bind-address={LOOPBACK}", *extra]  # fmt: skip
+
+    controller_manager = component(
+        "controller-manager", "kube-controller-manager",
+        f"--service-account-private-key-file={pki / 'sa.key'}", f"--root-ca-file={pki / 'ca.crt'}",
+        "--use-service-account-credentials=true", f"--cert-dir={k8s / 'controller-manager-certs'}",
+    )  # fmt: skip
+    scheduler = component("scheduler", "kube-scheduler")
+    kwok = [
+        str(tool("kwok")), f"--kubeconfig={k8s / 'kwok.kubeconfig'}", f"--config={tool('kwok-stages.yaml')}",
+        "--manage-all-nodes=false", f"--manage-nodes-with-annotation-selector={KWOK_ANNOTATION}=fake",
+        f"--node-ip={LOOPBACK}", "--cidr=10.244.0.1/16", f"--server-address={LOOPBACK}:{api_port + 2}",
+        "--node-lease-duration-seconds=40",
+    ]  # fmt: skip
+    return [
+        ServiceDef("host", "etcd", etcd, logs / "etcd.log"),
+        ServiceDef("host", "kube-apiserver", apiserver, logs / "kube-apiserver.log"),
+        ServiceDef("host", "kube-controller-manager", controller_manager, logs / "kube-controller-manager.log"),
+        ServiceDef("host", "kube-scheduler", scheduler, logs / "kube-scheduler.log"),
+        ServiceDef("host", "kwok", kwok, logs / "kwok.log"),
+    ]
+
+
+def client(ctx: LabContext, timeout: float = 30.0) -> KubeClient:
+    return KubeClient(kubeconfig_path(ctx), timeout=timeout)
+
+
+def node_object(node: NodeLayout, domain_labels: dict[str, str], gpus: int) -> dict[str, Any]:
+    """A GPU node as KWOK manages it: its GPUs as allocatable `nvidia.com/gpu`, its failure domain as labels."""
+    capacity = {"cpu": str(max(node.cpus, 32)), "memory": "512Gi", "pods": "110", GPU_RESOURCE: str(gpus)}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": node.name,
+            "annotations": {KWOK_ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0"},
+            "labels": {
+                "kubernetes.io/hostname": node.name,
+                "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64",
+                "type": "kwok",
+                "nvidia.com/gpu.present": "true",
+                "nvidia.com/gpu.product": node.gpu_model or "unknown",
+                **domain_labels,
+            },
+        },
+        "spec": {},
+        "status": {"capacity": capacity, "allocatable": capacity},
+    }
+
+
+def gpu_nodes(ctx: LabContext) -> list[dict[str, Any]]:
+    """The Node objects of the spec's GPU nodes, plus `extra_kwok_nodes` more spread over the same domains."""
+    assert ctx.spec.kubernetes is not None
+    domains = {d.name: d for d in ctx.spec.failure_domains}
+
+    def labels(domain: str) -> dict[str, str]:
+        d = domains[domain]
+        return {ZONE_LABEL: d.zone, RACK_LABEL: d.rack, DOMAIN_LABEL: d.name}
+
+    real = ctx.layout.nodes_with_role("gpu")
+    out = [node_object(n, labels(n.domain), n.gpus) for n in real]
+    for i in range(ctx.spec.kubernetes.extra_kwok_nodes):
+        model = real[i % len(real)]
+        extra = NodeLayout(name=f"kwok-gpu{i + 1}", roles=("gpu",), domain=model.domain, leaf=model.leaf,
+                           address=model.address, gpus=model.gpus, gpu_model=model.gpu_model)  # fmt: skip
+        out.append(node_object(extra, labels(extra.domain), extra.gpus))
+    return out
+
+
+def register_nodes(ctx: LabContext, api: KubeClient) -> int:
+    """Create the GPU nodes that are not registered yet; returns how many were created."""
+    have = {n["metadata"]["name"] for n in api.list("Node", labelSelector="type=kwok")}
+    created = 0
+    for node in gpu_nodes(ctx):
+        if node["metadata"]["name"] not in have:
+            try:
+                api.create(node)
+                created += 1
+            except KubeError as exc:
+                if exc.status != 409:  # created meanwhile
+                    raise
+    return created
+
+
+def ready_nodes(api: KubeClient) -> set[str]:
+    ready = set()
+    for node in api.list("Node", labelSelector="type=kwok"):
+        for condition in node.get("status", {}).get("conditions") or []:
+            if condition["type"] == "Ready" and condition["status"] == "True":
+                ready.add(node["metadata"]["name"])
+    return ready
+
+
+def problems(ctx: LabContext) -> list[str]:
+    """What keeps the lab's Kubernetes from being usable: the API not ready, GPU nodes not Ready."""
+    if not enabled(ctx):
+        return []
+    api = client(ctx, timeout=10)
+    if not api.healthy():
+        return [f"kube-apiserver at {api_server(ctx)} not ready"]
+    want = {n["metadata"]["name"] for n in gpu_nodes(ctx)}
+    missing = sorted(want - ready_nodes(api))
+    return [f"{len(missing)} GPU node(s) not Ready in Kubernetes: {', '.join(missing[:5])}"] if missing else []
+
+
+def summary(ctx: LabContext) -> dict[str, Any]:
+    """For `lab status`: the API server and the kubeconfig."""
+    return {"api_server": api_server(ctx), "kubeconfig": str(kubeconfig_path(ctx))} if enabled(ctx) else {}

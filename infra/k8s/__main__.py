@@ -1,0 +1,28 @@
+"""The Kubernetes layer of a cluster: the HA policy is checked, then ClusterK8sLayer deploys ha-ops (agent
+DaemonSet, remediation controller, priority classes, network policies, alert rules) to the cluster the kubeconfig
+names, through the pulumi-kubernetes provider built by scripts/tools.sh."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pulumi
+import pulumi_kubernetes as k8s
+import yaml
+
+from ha_ops.iac.components import ClusterK8sLayer, ClusterK8sLayerArgs
+from ha_ops.iac.policy import enforce_spec
+from ha_ops.spec import compute_layout, load_spec
+
+config = pulumi.Config()
+spec = load_spec(Path(config.require("spec")))
+enforce_spec(spec)
+gpu_nodes = [n.name for n in compute_layout(spec).nodes_with_role("gpu")]
+controller_config = yaml.safe_dump(
+    {"id": "k8s", "state_dir": "/var/lib/ha-ops/controller", "pools": {"gpu": {"nodes": gpu_nodes}}}
+)
+provider = k8s.Provider("cluster", kubeconfig=Path(config.require("kubeconfig")).read_text())
+layer = ClusterK8sLayer("ha-ops", ClusterK8sLayerArgs(spec, controller_config, provider=provider))
+pulumi.export("namespace", layer.namespace)
+pulumi.export("agent_daemonset", layer.agent_daemonset)
+pulumi.export("controller_deployment", layer.controller_deployment)
