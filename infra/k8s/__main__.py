@@ -21,7 +21,12 @@ gpu_nodes = [n.name for n in compute_layout(spec).nodes_with_role("gpu")]
 controller_config = yaml.safe_dump(
     {"id": "k8s", "state_dir": "/var/lib/ha-ops/controller", "pools": {"gpu": {"nodes": gpu_nodes}}}
 )
-provider = k8s.Provider("cluster", kubeconfig=Path(config.require("kubeconfig")).read_text())
+# With `render_dir` the manifests are written there instead of applied (no cluster needed: previews, reviews).
+render_dir = config.get("render_dir")
+if render_dir:
+    provider = k8s.Provider("cluster", render_yaml_to_directory=render_dir)
+else:
+    provider = k8s.Provider("cluster", kubeconfig=Path(config.require("kubeconfig")).read_text())
 layer = ClusterK8sLayer("ha-ops", ClusterK8sLayerArgs(spec, controller_config, provider=provider))
 pulumi.export("namespace", layer.namespace)
 pulumi.export("agent_daemonset", layer.agent_daemonset)
