@@ -102,7 +102,7 @@ def test_the_game_day_goes_red_naming_the_fault_when_the_slurm_backup_is_disable
 def test_every_runbook_is_verified_in_the_lab(flab: Lab) -> None:
     reset_remediation(flab)
     cmd = [sys.executable, "-m", "ha_ops", "runbook", "verify", "--all", "--lab", NAME, "--json"]
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
     reports = json.loads(result.stdout) if result.stdout.strip().startswith("[") else []
     stale = {r["runbook"]: [s for s in r["steps"] if not s["ok"]] for r in reports if r["stale"]}
     assert result.returncode == 0 and not stale, (stale, result.stderr[-3000:])
