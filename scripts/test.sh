@@ -10,7 +10,7 @@ yamllint roles playbooks .config
 ansible-lint roles playbooks
 python -m pytest tests/unit -q
 if [ "$(id -u)" -eq 0 ]; then
-  python -m pytest tests/integration -q -m "lab or tools"
+  python -m pytest tests/integration -q -m "lab or tools" --durations=20
 else
   echo "test: the lab tests need root; run 'sudo make test'" >&2
   exit 1

@@ -7,9 +7,12 @@ that is already on the target.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import re
 import secrets
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -160,34 +163,62 @@ def _policy(policy_file: Path | None, flags: dict[str, Any]) -> tuple[RolloutPol
         raise SpecError(source, _flagged(exc.problems, given)) from None
 
 
-def _policy_flags(
-    canary: str | None,
-    waves: str | None,
-    max_unavailable: str | None,
-    skip: str | None,
-    drain: str | None,
-    drain_timeout: float | None,
-    canary_max_failures: int | None,
-    wave_max_failure_fraction: float | None,
-    soak: float | None,
-    burn_in: str | None,
-    burn_in_timeout: float | None,
-    rollback_on_halt: bool | None,
-) -> dict[str, Any]:
+# The flags `plan driver` and `driver` share, declared once: parameter -> (type, option).
+_PLAN_OPTIONS: dict[str, tuple[Any, Any]] = {
+    "policy_file": (Path | None, PolicyOpt),
+    "canary": (str | None, CanaryOpt),
+    "waves": (str | None, WavesOpt),
+    "max_unavailable": (str | None, MaxUnavailableOpt),
+    "skip": (str | None, SkipOpt),
+    "drain": (str | None, DrainOpt),
+    "drain_timeout": (float | None, DrainTimeoutOpt),
+    "canary_max_failures": (int | None, CanaryFailOpt),
+    "wave_max_failure_fraction": (float | None, WaveFailOpt),
+    "soak": (float | None, SoakOpt),
+    "burn_in": (str | None, BurnInOpt),
+    "burn_in_timeout": (float | None, BurnInTimeoutOpt),
+    "rollback_on_halt": (bool | None, RollbackOpt),
+    "down": (str | None, DownOpt),
+    "node_data": (Path | None, NodeDataOpt),
+    "from_version": (str | None, FromVersionOpt),
+}
+
+
+def _policy_flags(given: dict[str, Any]) -> dict[str, Any]:
+    """Policy fields from the shared flags (None: not given, the policy file or the default decides)."""
     return {
-        "canary": canary,
-        "waves": _names(waves) if waves is not None else None,
-        "max_unavailable": max_unavailable,
-        "skip": _names(skip) if skip is not None else None,
-        "drain": drain,
-        "drain_timeout": drain_timeout,
-        "canary_max_failures": canary_max_failures,
-        "wave_max_failure_fraction": wave_max_failure_fraction,
-        "soak_s": soak,
-        "burn_in_command": burn_in,
-        "burn_in_timeout_s": burn_in_timeout,
-        "rollback_on_halt": rollback_on_halt,
+        "canary": given["canary"],
+        "waves": _names(given["waves"]) if given["waves"] is not None else None,
+        "max_unavailable": given["max_unavailable"],
+        "skip": _names(given["skip"]) if given["skip"] is not None else None,
+        "drain": given["drain"],
+        "drain_timeout": given["drain_timeout"],
+        "canary_max_failures": given["canary_max_failures"],
+        "wave_max_failure_fraction": given["wave_max_failure_fraction"],
+        "soak_s": given["soak"],
+        "burn_in_command": given["burn_in"],
+        "burn_in_timeout_s": given["burn_in_timeout"],
+        "rollback_on_halt": given["rollback_on_halt"],
     }
+
+
+def with_plan_options(command: Callable[..., None]) -> Callable[..., None]:
+    """Give a command the shared plan flags (Typer reads them from the signature); it receives them as one
+    `plan_options` dict."""
+    own = [p for p in inspect.signature(command).parameters.values() if p.name != "plan_options"]
+    shared = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=kind)
+              for name, (kind, option) in _PLAN_OPTIONS.items()]  # fmt: skip
+    # json_out stays last, as in --help of every other command.
+    last = [p for p in own if p.name == "json_out"]
+    params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own if p.name != "json_out"] + shared + last
+
+    @functools.wraps(command)
+    def wrapper(**kwargs: Any) -> None:
+        options = {name: kwargs.pop(name) for name in _PLAN_OPTIONS}
+        command(plan_options=options, **kwargs)
+
+    wrapper.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    return wrapper
 
 
 def fleet_from_spec(
@@ -220,12 +251,9 @@ def fleet_from_spec(
     return fleet
 
 
-def _plan(
-    to: str, spec_file: Path, policy_file: Path | None, flags: dict[str, Any], down: str | None,
-    node_data: Path | None, from_version: str | None,
-) -> tuple[Plan, RolloutPolicy, list[FleetNode]]:  # fmt: skip
-    policy, given, source = _policy(policy_file, flags)
-    fleet = fleet_from_spec(spec_file, _names(down), node_data, from_version)
+def _plan(to: str, spec_file: Path, options: dict[str, Any]) -> tuple[Plan, RolloutPolicy, list[FleetNode]]:
+    policy, given, source = _policy(options["policy_file"], _policy_flags(options))
+    fleet = fleet_from_spec(spec_file, _names(options["down"]), options["node_data"], options["from_version"])
     try:
         return plan_rollout(fleet, policy, to), policy, fleet
     except SpecError as exc:
@@ -257,32 +285,17 @@ def _show_plan(plan: Plan, policy: RolloutPolicy) -> None:
 
 
 @plan_app.command("driver")
+@with_plan_options
 def plan_driver(
+    *,
+    plan_options: dict[str, Any],
     to: str = ToOpt,
     spec_file: Path = SpecOpt,
-    policy_file: Path | None = PolicyOpt,
-    canary: str | None = CanaryOpt,
-    waves: str | None = WavesOpt,
-    max_unavailable: str | None = MaxUnavailableOpt,
-    skip: str | None = SkipOpt,
-    drain: str | None = DrainOpt,
-    drain_timeout: float | None = DrainTimeoutOpt,
-    canary_max_failures: int | None = CanaryFailOpt,
-    wave_max_failure_fraction: float | None = WaveFailOpt,
-    soak: float | None = SoakOpt,
-    burn_in: str | None = BurnInOpt,
-    burn_in_timeout: float | None = BurnInTimeoutOpt,
-    rollback_on_halt: bool | None = RollbackOpt,
-    down: str | None = DownOpt,
-    node_data: Path | None = NodeDataOpt,
-    from_version: str | None = FromVersionOpt,
     json_out: bool = JsonOpt,
 ) -> None:
     """Print the plan for moving the spec's GPU nodes to a driver version: canary, waves, batches, skipped nodes.
     Changes nothing."""
-    flags = _policy_flags(canary, waves, max_unavailable, skip, drain, drain_timeout, canary_max_failures,
-                          wave_max_failure_fraction, soak, burn_in, burn_in_timeout, rollback_on_halt)  # fmt: skip
-    plan, policy, _ = _plan(to, spec_file, policy_file, flags, down, node_data, from_version)
+    plan, policy, _ = _plan(to, spec_file, plan_options)
     if json_out:
         output.emit_json({**plan.to_json(), "policy": policy.model_dump(mode="json")})
     else:
@@ -349,7 +362,10 @@ def _report(state: RolloutState, json_out: bool, *, fail_unless_completed: bool 
 
 
 @app.command("driver")
+@with_plan_options
 def driver(
+    *,
+    plan_options: dict[str, Any],
     to: str = ToOpt,
     spec_file: Path = SpecOpt,
     inventory: Path = typer.Option(..., "--inventory", "-i", help="Ansible inventory (`ha-ops inventory --spec`)."),
@@ -358,31 +374,13 @@ def driver(
     version_command: str = typer.Option(
         DEFAULT_VERSION_COMMAND, "--version-command", help="Prints the driver version of every GPU, one per line."
     ),
-    policy_file: Path | None = PolicyOpt,
-    canary: str | None = CanaryOpt,
-    waves: str | None = WavesOpt,
-    max_unavailable: str | None = MaxUnavailableOpt,
-    skip: str | None = SkipOpt,
-    drain: str | None = DrainOpt,
-    drain_timeout: float | None = DrainTimeoutOpt,
-    canary_max_failures: int | None = CanaryFailOpt,
-    wave_max_failure_fraction: float | None = WaveFailOpt,
-    soak: float | None = SoakOpt,
-    burn_in: str | None = BurnInOpt,
-    burn_in_timeout: float | None = BurnInTimeoutOpt,
-    rollback_on_halt: bool | None = RollbackOpt,
-    down: str | None = DownOpt,
-    node_data: Path | None = NodeDataOpt,
-    from_version: str | None = FromVersionOpt,
     state_dir: Path = StateDirOpt,
     dry_run: bool = typer.Option(False, "--dry-run", help="Plan and check the inputs; change nothing."),
     json_out: bool = JsonOpt,
 ) -> None:
     """Start a driver rollout: canary, then waves; every node drained, upgraded through the gpu_driver role,
     validated and returned. Exit 0 when completed (or paused), 1 when halted or aborted."""
-    flags = _policy_flags(canary, waves, max_unavailable, skip, drain, drain_timeout, canary_max_failures,
-                          wave_max_failure_fraction, soak, burn_in, burn_in_timeout, rollback_on_halt)  # fmt: skip
-    plan, policy, fleet = _plan(to, spec_file, policy_file, flags, down, node_data, from_version)
+    plan, policy, fleet = _plan(to, spec_file, plan_options)
     problems = []
     if not inventory.is_file():
         problems.append(f"--inventory: {inventory} does not exist")
