@@ -58,6 +58,6 @@ fi
 # Ansible collections for the roles and Molecule (from the ansible wheel; Galaxy is unreachable).
 bash scripts/ansible.sh
 # The Pulumi CLI and plugins and the Kubernetes control plane, built from Go modules at pinned versions and cached
-# under ~/.cache/ha-ops/tools (about 40 minutes on a cold 2-core machine, seconds once built).
+# under ~/.cache/ha-ops/tools (about 30 minutes on a cold 2-core machine, seconds once built).
 bash scripts/tools.sh
 echo "setup: done. Run 'make test'."
