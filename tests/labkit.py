@@ -40,6 +40,14 @@ def leftovers(name: str) -> list[str]:
     return found
 
 
+def down_or_exit(lab: Lab) -> None:
+    """For benchmarks: take the lab down and stop with an error if anything of it is left."""
+    lab.down()
+    left = leftovers(lab.spec.name)
+    if left:
+        raise SystemExit(f"leftovers after down: {left}")
+
+
 # --- the remediation controllers in a lab ------------------------------------------------------------------
 
 

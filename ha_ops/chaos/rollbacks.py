@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import sys
 import time
 
 from ha_ops.lab import netns
@@ -80,8 +81,6 @@ def restore_node(lab: Lab, node: str) -> None:
 def end_driver_rollout(lab: Lab) -> None:
     """After a driver rollout fault: a rollout still open is aborted with every changed node rolled back, and the
     remediation controllers run again."""
-    import sys
-
     from ha_ops.lab import rollouts
 
     state = rollouts.rollout_state(lab)

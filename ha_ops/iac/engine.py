@@ -36,6 +36,7 @@ class PulumiEngine:
         self.home = self.state_dir / ".pulumi-home"
         self.passphrase_file = self.state_dir / ".passphrase"
         self.progress = progress or (lambda _line: None)
+        self._workdirs: dict[Path, Path] = {}
 
     # --- environment ------------------------------------------------------------------------------------------
     def binary(self) -> Path:
@@ -75,11 +76,15 @@ class PulumiEngine:
         """The program copied beside the state, where the CLI writes the stack's settings (Pulumi.<stack>.yaml,
         with the passphrase's salt): the program's own folder stays untouched, and one program can be driven by
         several backends."""
-        work = self.state_dir / "programs" / Path(project).resolve().name
+        project = Path(project).resolve()
+        if project in self._workdirs:  # copied once per engine: every command of a run sees the same program
+            return self._workdirs[project]
+        work = self.state_dir / "programs" / project.name
         work.mkdir(parents=True, exist_ok=True)
-        for source in Path(project).iterdir():
+        for source in project.iterdir():
             if source.is_file() and not (source.name.startswith("Pulumi.") and source.name != "Pulumi.yaml"):
                 shutil.copy2(source, work / source.name)
+        self._workdirs[project] = work
         return work
 
     # --- commands ---------------------------------------------------------------------------------------------
@@ -143,13 +148,6 @@ class PulumiEngine:
         result = self.pulumi(["stack", "history", "--json", "--stack", stack, "--page-size", "1"], project=project)
         history = json.loads(result.stdout or "[]")
         return history[0] if history else {}
-
-    def remove_stack(self, project: Path, stack: str) -> None:
-        self.pulumi(["stack", "rm", "--yes", "--force", stack], project=project, check=False)
-
-    def forget(self) -> None:
-        """Remove the backend: state, passphrase and plugins."""
-        shutil.rmtree(self.state_dir, ignore_errors=True)
 
 
 def _tail(result: CommandResult, lines: int = 15) -> str:

@@ -198,7 +198,7 @@ class Lab:
         progress(f"Kubernetes API ready; registering the {total} GPU nodes with KWOK")
         created = kubernetes.register_nodes(self.ctx, api)
         progress(f"registered {created} new KWOK GPU node(s); waiting for all {total} to be Ready")
-        wait_for("every KWOK GPU node Ready", lambda: not kubernetes.problems(self.ctx),
+        wait_for("every KWOK GPU node Ready", lambda: not kubernetes.problems(self.ctx, api),
                  timeout=max(60.0 + total / 20, deadline - time.monotonic()), interval=0.5)  # fmt: skip
 
     def _ensure_storage(self, state: LabState) -> None:

@@ -6,6 +6,7 @@ KWOK keeps them Ready and turns pods bound to them Running."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -142,9 +143,9 @@ def client(ctx: LabContext, timeout: float = 30.0) -> KubeClient:
     return KubeClient(kubeconfig_path(ctx), timeout=timeout)
 
 
-def node_object(node: NodeLayout, domain_labels: dict[str, str], gpus: int) -> dict[str, Any]:
+def node_object(node: NodeLayout, domain_labels: dict[str, str]) -> dict[str, Any]:
     """A GPU node as KWOK manages it: its GPUs as allocatable `nvidia.com/gpu`, its failure domain as labels."""
-    capacity = {"cpu": str(max(node.cpus, 32)), "memory": "512Gi", "pods": "110", GPU_RESOURCE: str(gpus)}
+    capacity = {"cpu": str(node.cpus), "memory": f"{node.memory_mb}Mi", "pods": "110", GPU_RESOURCE: str(node.gpus)}
     return {
         "apiVersion": "v1",
         "kind": "Node",
@@ -176,12 +177,11 @@ def gpu_nodes(ctx: LabContext) -> list[dict[str, Any]]:
         return {ZONE_LABEL: d.zone, RACK_LABEL: d.rack, DOMAIN_LABEL: d.name}
 
     real = ctx.layout.nodes_with_role("gpu")
-    out = [node_object(n, labels(n.domain), n.gpus) for n in real]
+    out = [node_object(n, labels(n.domain)) for n in real]
     for i in range(ctx.spec.kubernetes.extra_kwok_nodes):
         model = real[i % len(real)]
-        extra = NodeLayout(name=f"kwok-gpu{i + 1}", roles=("gpu",), domain=model.domain, leaf=model.leaf,
-                           address=model.address, gpus=model.gpus, gpu_model=model.gpu_model)  # fmt: skip
-        out.append(node_object(extra, labels(extra.domain), extra.gpus))
+        extra = dataclasses.replace(model, name=f"kwok-gpu{i + 1}", spare=False)
+        out.append(node_object(extra, labels(extra.domain)))
     return out
 
 
@@ -209,11 +209,11 @@ def ready_nodes(api: KubeClient) -> set[str]:
     return ready
 
 
-def problems(ctx: LabContext) -> list[str]:
+def problems(ctx: LabContext, api: KubeClient | None = None) -> list[str]:
     """What keeps the lab's Kubernetes from being usable: the API not ready, GPU nodes not Ready."""
     if not enabled(ctx):
         return []
-    api = client(ctx, timeout=10)
+    api = api or client(ctx, timeout=10)
     if not api.healthy():
         return [f"kube-apiserver at {api_server(ctx)} not ready"]
     want = {n["metadata"]["name"] for n in gpu_nodes(ctx)}

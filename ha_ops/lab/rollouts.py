@@ -16,11 +16,10 @@ import yaml
 from ha_ops.errors import LabError
 from ha_ops.lab.cluster import Lab
 from ha_ops.lab.drivers import build_driver, lab_inventory, node_commands
+from ha_ops.rollout.ansible import DEFAULT_PLAYBOOK, REPO
 from ha_ops.util.atomic import write_atomic
 from ha_ops.util.proc import CommandResult
 
-REPO = Path(__file__).resolve().parents[2]
-PLAYBOOK = REPO / "playbooks" / "driver-rollout.yml"
 ANSIBLE_BIN = Path(sys.executable).parent  # ansible-playbook is installed beside ha-ops
 
 
@@ -93,7 +92,7 @@ def prepare(lab: Lab, base: str, builds: dict[str, bool]) -> RolloutFiles:
     bare = sorted(node for node, version in active_versions(lab).items() if version is None)
     if bare:
         playbook = [str(ANSIBLE_BIN / "ansible-playbook"), "-i", str(paths.inventory), "--limit", ",".join(bare)]
-        result = on_operator_node(lab, *playbook, str(PLAYBOOK), "-e", f"gpu_driver_version={base}")
+        result = on_operator_node(lab, *playbook, str(DEFAULT_PLAYBOOK), "-e", f"gpu_driver_version={base}")
         if not result.ok:
             raise LabError(f"installing driver {base} on {', '.join(bare)} failed: {result.stdout[-1500:]}")
     return paths

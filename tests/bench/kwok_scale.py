@@ -18,7 +18,7 @@ from ha_ops.lab import kubernetes
 from ha_ops.lab.cluster import Lab
 from ha_ops.lab.paths import LabPaths
 from ha_ops.spec.model import Kubernetes
-from tests.labkit import lab_spec, leftovers
+from tests.labkit import down_or_exit, lab_spec
 
 NAME = "benchk8s"
 CONTROL_PLANE = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
@@ -71,10 +71,7 @@ def main() -> None:
         if ready != args.nodes:
             raise SystemExit(f"only {ready} of {args.nodes} nodes Ready")
     finally:
-        lab.down()
-    left = leftovers(NAME)
-    if left:
-        raise SystemExit(f"leftovers after down: {left}")
+        down_or_exit(lab)
 
 
 if __name__ == "__main__":

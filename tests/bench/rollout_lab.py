@@ -15,7 +15,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from ha_ops.lab import rollouts
-from tests.labkit import leftovers, make_lab
+from tests.labkit import down_or_exit, make_lab
 
 NAME = "benchro"
 BASE, TARGET = "550.90.07", "570.86.15"
@@ -47,10 +47,7 @@ def main() -> None:
         if summary["phase"] != "completed":
             raise SystemExit(f"rollout did not complete: {summary}")
     finally:
-        lab.down()
-    left = leftovers(NAME)
-    if left:
-        raise SystemExit(f"leftovers after down: {left}")
+        down_or_exit(lab)
 
 
 if __name__ == "__main__":

@@ -30,17 +30,7 @@ def plan_control_plane(
     slurm = []
     for host in spec.controllers.hosts:
         node = layout.node(host.name)
-        slurm.append(
-            NodeRequest(
-                name=host.name,
-                role="slurm-controller",
-                domain=node.domain,
-                zone=spec.domain(node.domain).zone,
-                leaf=node.leaf,
-                address=node.address,
-                labels={"ha-ops/role": "slurm-controller"},
-            )
-        )
+        slurm.append(NodeRequest.from_layout(spec, node, "slurm-controller", {"ha-ops/role": "slurm-controller"}))
     taken = set(spec.host_names())
     # etcd members are not hosts of the spec; their names must not collide with one (a pool named "etcd").
     prefix = "etcd" if not any(f"etcd{i}" in taken for i in range(1, etcd_members + 1)) else f"{spec.name}-etcd"

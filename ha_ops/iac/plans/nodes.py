@@ -7,7 +7,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from ipaddress import IPv4Address
 
-from ha_ops.spec.layout import Layout, compute_layout, leaf_for_domain
+from ha_ops.spec.layout import Layout, NodeLayout, compute_layout, leaf_for_domain
 from ha_ops.spec.model import ClusterSpec, FailureDomain, NodePool
 
 
@@ -29,6 +29,13 @@ class NodeRequest:
     memory_mb: int = 1024
     spare: bool = False
     labels: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_layout(cls, spec: ClusterSpec, node: NodeLayout, role: str, labels: dict[str, str]) -> NodeRequest:
+        """A host of the spec, where and as the layout places it."""
+        return cls(name=node.name, role=role, domain=node.domain, zone=spec.domain(node.domain).zone, leaf=node.leaf,
+                   address=node.address, pool=node.pool, gpus=node.gpus, gpu_model=node.gpu_model, cpus=node.cpus,
+                   memory_mb=node.memory_mb, spare=node.spare, labels=labels)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -65,23 +72,8 @@ def plan_pool(spec: ClusterSpec, pool_name: str, layout: Layout | None = None) -
     for node in layout.nodes:
         if node.pool != pool_name:
             continue
-        nodes.append(
-            NodeRequest(
-                name=node.name,
-                role="gpu",
-                domain=node.domain,
-                zone=spec.domain(node.domain).zone,
-                leaf=node.leaf,
-                address=node.address,
-                pool=pool_name,
-                gpus=node.gpus,
-                gpu_model=node.gpu_model,
-                cpus=node.cpus,
-                memory_mb=node.memory_mb,
-                spare=node.spare,
-                labels={"ha-ops/pool": pool_name, "ha-ops/spare": str(node.spare).lower()},
-            )
-        )
+        labels = {"ha-ops/pool": pool_name, "ha-ops/spare": str(node.spare).lower()}
+        nodes.append(NodeRequest.from_layout(spec, node, "gpu", labels))
     return PoolPlan(pool_name, tuple(nodes))
 
 

@@ -4,6 +4,7 @@ availability zone's cluster placement group) and FSx for Lustre file systems for
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import pulumi
@@ -22,28 +23,19 @@ def _tags(cluster: str, name: str, extra: Mapping[str, str]) -> dict[str, str]:
     return {"Name": f"{cluster}-{name}", "ha-ops/cluster": cluster, **extra}
 
 
+@dataclass(kw_only=True)
 class AwsNodeFactory:
     """Builds every NodeRequest as an EC2 instance in the subnet of its layout leaf. GPU nodes launch from one
     launch template per (pool, leaf) carrying an EFA interface on each network card, inside the cluster placement
     group of their availability zone (a cluster placement group never spans zones)."""
 
-    def __init__(
-        self,
-        *,
-        cluster: str,
-        config: AwsClusterConfig,
-        zone_map: Mapping[str, str],
-        subnets: Mapping[int, aws.ec2.Subnet],
-        security_group: aws.ec2.SecurityGroup,
-        placement_groups: Mapping[str, aws.ec2.PlacementGroup],
-    ) -> None:
-        self.cluster = cluster
-        self.config = config
-        self.zone_map = zone_map
-        self.subnets = subnets
-        self.security_group = security_group
-        self.placement_groups = placement_groups
-        self.launch_templates: dict[tuple[str, int], aws.ec2.LaunchTemplate] = {}
+    cluster: str
+    config: AwsClusterConfig
+    zone_map: Mapping[str, str]
+    subnets: Mapping[int, aws.ec2.Subnet]
+    security_group: aws.ec2.SecurityGroup
+    placement_groups: Mapping[str, aws.ec2.PlacementGroup]
+    launch_templates: dict[tuple[str, int], aws.ec2.LaunchTemplate] = field(default_factory=dict)
 
     def __call__(self, resource_name: str, request: NodeRequest, opts: pulumi.ResourceOptions) -> pulumi.Resource:
         az = self.zone_map[request.zone]
@@ -107,25 +99,17 @@ class AwsNodeFactory:
         return self.launch_templates[key]
 
 
+@dataclass(kw_only=True)
 class FsxLustreFactory:
     """One FSx for Lustre file system per storage replica, in its replica's subnet. FSx for Lustre lives in one
     availability zone; the replicas are kept in step through one S3 bucket (a data repository association with
     automatic export and import on each), so a lost zone still leaves the other replica and the bucket."""
 
-    def __init__(
-        self,
-        *,
-        cluster: str,
-        config: AwsClusterConfig,
-        subnets: Mapping[int, aws.ec2.Subnet],
-        security_group: aws.ec2.SecurityGroup,
-        bucket: aws.s3.Bucket,
-    ) -> None:
-        self.cluster = cluster
-        self.config = config
-        self.subnets = subnets
-        self.security_group = security_group
-        self.bucket = bucket
+    cluster: str
+    config: AwsClusterConfig
+    subnets: Mapping[int, aws.ec2.Subnet]
+    security_group: aws.ec2.SecurityGroup
+    bucket: aws.s3.Bucket
 
     def __call__(self, resource_name: str, replica: StorageReplica, opts: pulumi.ResourceOptions) -> pulumi.Resource:
         fs = aws.fsx.LustreFileSystem(
