@@ -1,9 +1,9 @@
-# The two commands a new user runs: `make setup`, then `make test`.
+# The two commands a new user runs: `make setup`, then `make test`. While developing: `make check`.
 VENV ?= .venv
 PY := $(VENV)/bin/python
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: setup test unit lab-test lint bench clean
+.PHONY: setup test check unit lab-test lint bench clean
 
 setup:
 	bash scripts/setup.sh
@@ -11,15 +11,18 @@ setup:
 test:
 	bash scripts/test.sh
 
+# The inner loop: lint, unit tests and the CLI smoke test; no root, about a minute.
+check:
+	bash scripts/check.sh
+
 unit:
-	$(PY) -m pytest tests/unit -q
+	$(PY) -m pytest tests/unit -q -n 2
 
 lab-test:
 	$(PY) -m pytest tests/integration -q -m "lab or tools"
 
 lint:
-	$(VENV)/bin/ruff check ha_ops tests
-	$(VENV)/bin/ruff format --check ha_ops tests
+	bash scripts/lint.sh
 
 bench:
 	for b in tests/bench/*.py; do case $$b in */__init__.py) ;; *) $(PY) $$b || exit 1;; esac; done

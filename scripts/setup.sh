@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs everything ha-ops needs on Debian 12: the daemons the lab runs, and a Python virtual
-# environment with the project. Idempotent: a second run only checks.
+# environment with the project. Idempotent: a second run only checks. Each phase prints its time as it ends.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/phases.sh
 
 DEB_PACKAGES=(
   iproute2 iptables iputils-ping procps psmisc util-linux
@@ -15,49 +16,59 @@ DEB_PACKAGES=(
   python3-venv rsync
 )
 
-missing=()
-for p in "${DEB_PACKAGES[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if ((${#missing[@]})); then
+debian_packages() {
+  local missing=() p
+  for p in "${DEB_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if ((${#missing[@]} == 0)); then
+    echo "setup: Debian packages present"
+    return
+  fi
   echo "setup: installing Debian packages: ${missing[*]}"
-  if [ "$(id -u)" -ne 0 ]; then echo "setup: installing Debian packages needs root" >&2; exit 1; fi
+  if [ "$(id -u)" -ne 0 ]; then echo "setup: installing Debian packages needs root" >&2; return 1; fi
   # The lab starts its own daemons; the packages' own services must not start (there is no init here anyway).
-  policy_added=0
+  local policy_added=0
   if [ ! -e /usr/sbin/policy-rc.d ]; then
     printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d && policy_added=1
   fi
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
   if ((policy_added)); then rm -f /usr/sbin/policy-rc.d; fi
-else
-  echo "setup: Debian packages present"
-fi
+}
 
-PYTHON=${PYTHON:-python3}
-export PIP_CACHE_DIR=${PIP_CACHE_DIR:-$HOME/.cache/ha-ops/pip}
-if [ ! -x .venv/bin/python ]; then
-  echo "setup: creating .venv"
-  "$PYTHON" -m venv .venv
-fi
-stamp=.venv/.ha-ops-installed
-if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
-  echo "setup: installing the Python packages"
-  .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -e '.[dev]'
-  touch "$stamp"
-else
-  echo "setup: Python environment up to date"
-fi
+python_env() {
+  local python=${PYTHON:-python3} stamp=.venv/.ha-ops-installed
+  export PIP_CACHE_DIR=${PIP_CACHE_DIR:-$HOME/.cache/ha-ops/pip}
+  if [ ! -x .venv/bin/python ]; then
+    echo "setup: creating .venv"
+    "$python" -m venv .venv
+  fi
+  if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+    echo "setup: installing the Python packages"
+    .venv/bin/python -m pip install -q --upgrade pip
+    .venv/bin/python -m pip install -q -e '.[dev]'
+    touch "$stamp"
+  else
+    echo "setup: Python environment up to date"
+  fi
+}
+
 # Rootful podman for the Molecule scenarios and their base image (cached under ~/.cache/ha-ops/images).
-if [ "$(id -u)" -eq 0 ]; then
-  bash scripts/containers.sh
-else
-  echo "setup: the container base image needs root; run 'sudo make setup' to build it"
-fi
+container_image() {
+  if [ "$(id -u)" -eq 0 ]; then
+    bash scripts/containers.sh
+  else
+    echo "setup: the container base image needs root; run 'sudo make setup' to build it"
+  fi
+}
+
+phase "setup: Debian packages" debian_packages
+phase "setup: Python environment" python_env
+phase "setup: container base image" container_image
 # Ansible collections for the roles and Molecule (from the ansible wheel; Galaxy is unreachable).
-bash scripts/ansible.sh
+phase "setup: Ansible collections" bash scripts/ansible.sh
 # The Pulumi CLI and plugins and the Kubernetes control plane, built from Go modules at pinned versions and cached
-# under ~/.cache/ha-ops/tools (about 30 minutes on a cold 2-core machine, seconds once built).
-bash scripts/tools.sh
-echo "setup: done. Run 'make test'."
+# under ~/.cache/ha-ops/tools (about 40 minutes on a cold 2-core machine, a second once built).
+phase "setup: Go-built tools" bash scripts/tools.sh
+echo "setup: done. Run 'make test' (or 'make check' while developing)."

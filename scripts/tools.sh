@@ -290,8 +290,11 @@ for arg in "$@"; do wanted[$arg]=1; done
 start_all=$SECONDS
 built_any=0
 
+count=$(grep -c '|' <<<"$TOOL_TABLE")
+index=0
 while IFS='|' read -r name version bins; do
   [ -n "$name" ] || continue
+  index=$((index + 1))
   if [ "$#" -gt 0 ] && [ -z "${wanted[$name]:-}" ]; then continue; fi
   # shellcheck disable=SC2086
   if is_built "$name" "$version" $bins; then
@@ -307,12 +310,25 @@ while IFS='|' read -r name version bins; do
   rm -rf "$dir.partial"
   mkdir -p "$dir.partial/bin"
   : >"$LASTCMD"
-  echo "tools: building $name $version (log: $log)"
+  echo "tools: [$index/$count] building $name $version (log: $log)"
   t0=$SECONDS
+  # A cold build of one tool can take 20 minutes with little output: say every minute that it is still going.
+  (
+    trap 'kill "$sleeper" 2>/dev/null; exit 0' TERM  # no orphaned sleep keeps a pipe on this output open
+    started=$(date +%s)
+    while :; do
+      sleep 60 & sleeper=$!
+      wait "$sleeper"
+      echo "tools: [$index/$count] still building $name: $(($(date +%s) - started)) s so far"
+    done
+  ) &
+  ticker=$!
   set +e
   ( set -euo pipefail; "build_$name" "$dir.partial/bin" "$version" ) 2>&1 | tee "$log"
   rc=${PIPESTATUS[0]}
   set -e
+  kill "$ticker" 2>/dev/null || true
+  wait "$ticker" 2>/dev/null || true
   took=$((SECONDS - t0))
   # shellcheck disable=SC2086
   if [ "$rc" -eq 0 ] && (cd "$dir.partial/bin" && for b in $bins; do [ -f "$b" ] || exit 1; done); then

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from ha_ops.lab.cluster import Lab, netns_prefix, pids_naming
@@ -40,6 +42,20 @@ def leftovers(name: str) -> list[str]:
     return found
 
 
+@contextmanager
+def running_lab(lab: Lab) -> Iterator[Lab]:
+    """The lab built from nothing (a run killed earlier may have left one behind) and removed afterwards with
+    nothing of it left, also when `up` fails half way: a failed fixture must not leave daemons running for the
+    rest of the suite."""
+    lab.down()
+    try:
+        lab.up()
+        yield lab
+    finally:
+        lab.down()
+    assert leftovers(lab.spec.name) == []
+
+
 def down_or_exit(lab: Lab) -> None:
     """For benchmarks: take the lab down and stop with an error if anything of it is left."""
     lab.down()
@@ -66,6 +82,13 @@ def leader(lab: Lab) -> str | None:
 
     found = remediation_leader(lab.spec.name)
     return None if found == "none" else found
+
+
+def _answers(lab: Lab, node: str) -> bool:
+    try:
+        return call_controller(lab, node, "/healthz")[0] == 200
+    except Exception:  # refused while it starts
+        return False
 
 
 def call_controller(lab: Lab, node: str, path: str, body: bytes | None = None) -> tuple[int, dict]:
@@ -116,6 +139,9 @@ def reset_remediation(lab: Lab) -> None:
     for node in controller_nodes(lab):
         lab.node(node).start("controller")
     wait_for("a controller leads", lambda: leader(lab), timeout=15, interval=0.1)
+    # And the other one serves too: a test that talks to the standby right away must not find it still starting.
+    wait_for("every controller answering", lambda: all(_answers(lab, n) for n in controller_nodes(lab)), timeout=15,
+             interval=0.1)  # fmt: skip
     wait_for("every GPU node idle", lambda: not lab.slurm_problems(), timeout=30, interval=0.2)
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 
-from ha_ops.chaos import faults, rollbacks
+from ha_ops.chaos import faults, hold, rollbacks
 from ha_ops.errors import LabError
 from ha_ops.lab.cluster import Lab
 from ha_ops.lab.node import LabNode
@@ -23,6 +23,7 @@ __all__ = [
     "freeze_service",
     "gpu_fault",
     "heal",
+    "hold_fault",
     "kill_remediation_leader",
     "kill_service",
     "link_down",
@@ -58,6 +59,13 @@ def _target(handle: Lab, node: str, interface: str | None = None) -> LabNode:
     if interface is not None and interface not in target.interfaces():
         raise LabError(f"refusing target {node}/{interface}: {node} has {', '.join(target.interfaces())}")
     return target
+
+
+def hold_fault(seconds: float) -> str:
+    """Keep the fault in for `seconds` before the method goes on. A game day ends the hold early once the recovery it
+    watches for is seen, and a runbook verification once every claim was checked; `chaos run` holds it all."""
+    held, early = hold.wait(float(seconds))
+    return f"held the fault {held:.1f} s of {float(seconds):g} s" + (" (ended early: seen)" if early else "")
 
 
 def gpu_fault(

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ha_ops.chaos import faults, runner, workload
+from ha_ops.chaos import faults, hold, runner, workload
 from ha_ops.chaos.plan import GameDayPlan, PlannedFault, all_hold, baselines_of
 from ha_ops.lab.cluster import Lab
 
@@ -70,6 +70,7 @@ def _watch(
         ):
             result.recovered_at = time.time()
             result.timeline.append((result.recovered_at, "recovered"))
+            hold.end_early()  # the recovery came while the fault is in: holding it longer judges nothing more
         for condition in plan.abort_when:
             if condition.holds(lab):
                 aborted.append(f"abort condition {condition.describe()} holds")
@@ -113,7 +114,8 @@ def run_fault(plan: GameDayPlan, fault: PlannedFault, lab: Lab) -> FaultResult:
     watcher.start()
     try:
         # The fault is undone here, not by the experiment's own rollbacks: recovery can then be told from rollback.
-        journal = runner.run(experiment, lab, roll_back=False)
+        with hold.endable():
+            journal = runner.run(experiment, lab, roll_back=False)
         result.rolled_back_at = time.time()
         faults.cleanup(lab)
         result.timeline.append((result.rolled_back_at, "fault rolled back"))

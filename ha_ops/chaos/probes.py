@@ -5,14 +5,16 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from ha_ops.errors import CommandTimeout
+from ha_ops.errors import CommandTimeout, WaitTimeout
 from ha_ops.lab import monitoring
 from ha_ops.lab.cluster import Lab
 from ha_ops.lab.http import http_get
+from ha_ops.util.wait import wait_for
 
 __all__ = [
     "agent_verdict",
@@ -96,9 +98,12 @@ def slurm_node_state(node: str, lab: str = "lab") -> str:
     return out.stdout.strip().splitlines()[0] if out.ok and out.stdout.strip() else "unknown"
 
 
-def slurm_nodes_in_service(lab: str = "lab") -> bool:
-    """True when every GPU node is idle, allocated or mixed (none drained, down or not responding)."""
-    return not _lab(lab).slurm_problems()
+def slurm_nodes_in_service(lab: str = "lab", within_s: float = 0.0) -> bool:
+    """True when every GPU node is idle, allocated or mixed (none drained, down or not responding). With `within_s`,
+    polls until that holds or the time is up: "the fleet is whole again within N s" as a steady-state probe, instead
+    of a fixed pause before an instant check that fails whenever recovery takes a little longer than the pause."""
+    handle = _lab(lab)
+    return _within(within_s, lambda: not handle.slurm_problems())
 
 
 def job_state(job_id: str, lab: str = "lab") -> str:
@@ -174,9 +179,33 @@ def alertmanager_alert_active(alertname: str, lab: str = "lab") -> bool:
     return any(a["labels"].get("alertname") == alertname for a in json.loads(body))
 
 
-def agent_verdict(node: str, lab: str = "lab") -> str:
-    """The agent's current verdict for a node (healthy, degraded, unhealthy, unknown), from its metrics."""
+def agent_verdict(node: str, lab: str = "lab", wait_for: str = "", within_s: float = 0.0) -> str:
+    """The agent's current verdict for a node (healthy, degraded, unhealthy, unknown), from its metrics; with
+    `wait_for`, polled until it is that verdict or `within_s` is up (the last verdict read is returned)."""
     handle = _lab(lab)
+    seen = [""]
+
+    def read() -> bool:
+        seen[0] = _agent_verdict(handle, node)
+        return not wait_for or seen[0] == wait_for
+
+    _within(within_s if wait_for else 0.0, read)
+    return seen[0]
+
+
+def _within(within_s: float, holds: Callable[[], bool]) -> bool:
+    """Whether `holds()` is true now (its errors raised, as any probe's) or, with `within_s`, becomes true within
+    that many seconds (errors on the way count as "not yet")."""
+    if within_s <= 0:
+        return bool(holds())
+    try:
+        wait_for("the probe's condition", holds, timeout=within_s, interval=0.2)
+    except WaitTimeout:
+        return False
+    return True
+
+
+def _agent_verdict(handle: Lab, node: str) -> str:
     address = handle.ctx.layout.node(node).address
     _, body = http_get(
         handle.ctx.netns(node), f"http://{address}:{handle.spec.monitoring.agent_port}/metrics", timeout=5

@@ -49,7 +49,7 @@ def operator_node(lab: Lab) -> str:
 def _env(lab: Lab) -> list[str]:
     """The node's own environment (SLURM_CONF, ...) and Ansible's, with HOME in the lab so ~/.ansible stays there."""
     env = {**lab.ctx.node_env(), "ANSIBLE_ROLES_PATH": str(REPO / "roles"), "ANSIBLE_NOCOLOR": "1",
-           "ANSIBLE_HOST_KEY_CHECKING": "True", "HOME": str(files(lab).home)}  # fmt: skip
+           "ANSIBLE_HOST_KEY_CHECKING": "True", "ANSIBLE_PIPELINING": "True", "HOME": str(files(lab).home)}  # fmt: skip
     return ["env", *(f"{k}={v}" for k, v in env.items())]
 
 
@@ -91,7 +91,10 @@ def prepare(lab: Lab, base: str, builds: dict[str, bool]) -> RolloutFiles:
         build_driver(lab.ctx, version, works=works)
     bare = sorted(node for node, version in active_versions(lab).items() if version is None)
     if bare:
-        playbook = [str(ANSIBLE_BIN / "ansible-playbook"), "-i", str(paths.inventory), "--limit", ",".join(bare)]
+        # A first install on nodes that never ran the role: all of them at once (the playbook's one node at a time is
+        # for nodes in service).
+        playbook = [str(ANSIBLE_BIN / "ansible-playbook"), "-i", str(paths.inventory), "--limit", ",".join(bare),
+                    "-e", f"ha_ops_rollout_serial={len(bare)}"]  # fmt: skip
         result = on_operator_node(lab, *playbook, str(DEFAULT_PLAYBOOK), "-e", f"gpu_driver_version={base}")
         if not result.ok:
             raise LabError(f"installing driver {base} on {', '.join(bare)} failed: {result.stdout[-1500:]}")

@@ -80,7 +80,10 @@ class AnsibleRunner:
         # ansible-runner starts the `ansible` commands by name: find the ones installed beside ha-ops first, also
         # where the caller's PATH does not name this environment (a service, `ssh node ha-ops ...`).
         path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", os.defpath)])
-        envvars = {"ANSIBLE_NOCOLOR": "1", "ANSIBLE_RETRY_FILES_ENABLED": "0", "PATH": path}
+        envvars = {"ANSIBLE_NOCOLOR": "1", "ANSIBLE_RETRY_FILES_ENABLED": "0", "PATH": path,
+                   # One SSH round trip per task instead of four (measured in the lab: a driver install on one node
+                   # 19 s -> 12 s). Off only where sudo insists on a tty (`requiretty`): set ANSIBLE_PIPELINING=False.
+                   "ANSIBLE_PIPELINING": os.environ.get("ANSIBLE_PIPELINING", "True")}  # fmt: skip
         if self.roles_path is not None:
             envvars["ANSIBLE_ROLES_PATH"] = str(self.roles_path)
         kwargs: dict[str, Any] = {

@@ -27,7 +27,7 @@ from typing import Any
 import yaml
 from pydantic import Field, ValidationError
 
-from ha_ops.chaos import faults, runner
+from ha_ops.chaos import faults, hold, runner
 from ha_ops.chaos.plan import UNSET, Condition, baselines_of
 from ha_ops.errors import SpecError
 from ha_ops.lab.cluster import Lab
@@ -128,13 +128,15 @@ def verify(path: Path, lab: Lab) -> Verification:
         for i, check in enumerate(runbook.checks):
             if not check.after_manual:
                 claims.append(_wait_claim(check, lab.spec.name, injected, baselines.get(i, UNSET)))
+        hold.end_early()  # every claim about the failure is judged: the manual steps may start (the fault stays in)
 
     checker = threading.Thread(target=check_claims, daemon=True)
     checker.start()
     try:
         try:
             # The failure stays in place after the experiment: the engineer follows the runbook during the incident.
-            runner.run(experiment, lab, roll_back=False)
+            with hold.endable():
+                runner.run(experiment, lab, roll_back=False)
         except Exception as exc:
             claims.append(StepResult("check", "the trigger experiment runs", False, str(exc)))
         finally:

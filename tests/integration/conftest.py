@@ -1,17 +1,37 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
 
 import pytest
 
 from ha_ops.lab.cluster import Lab
-from tests.labkit import leftovers, make_lab
+from tests.labkit import leftovers, make_lab, running_lab
+from tests.module_times import pytest_runtest_logreport, pytest_runtest_protocol, pytest_terminal_summary
+
+__all__ = ["pytest_runtest_logreport", "pytest_runtest_protocol", "pytest_terminal_summary"]  # the time per module
 
 LAB_NAME = "itest"
 
 
+# Modules that bring their own lab (or none) first, then those sharing the session's lab, in their usual order: the
+# session lab then stays up only while it is used, instead of idling under Molecule's containers and the full lab's
+# timed game day. A module not listed runs last.
+MODULE_ORDER = [
+    "test_containers", "test_lab_teardown", "test_pulumi", "test_infra_lab", "test_molecule", "test_full_lab",
+    "test_storage", "test_kubernetes",
+    "test_agent", "test_chaos", "test_gameday", "test_lab", "test_remediation", "test_rollout", "test_runbooks",
+]  # fmt: skip
+
+
+def _rank(item: pytest.Item) -> int:
+    module = item.nodeid.split("::", 1)[0].rsplit("/", 1)[-1].removesuffix(".py")
+    return MODULE_ORDER.index(module) if module in MODULE_ORDER else len(MODULE_ORDER)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    items.sort(key=_rank)  # stable: a module's tests keep their order
     # Lab tests must run in CI; without root they fail loudly instead of being skipped silently.
     if os.geteuid() != 0:
         for item in items:
@@ -19,14 +39,24 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
                 item.add_marker(pytest.mark.xfail(reason="lab tests need root", run=False, strict=True))
 
 
+# Every lab the suite builds (the session's and those of test_full_lab, test_storage, test_kubernetes, test_infra_lab
+# and test_lab_teardown): nothing of any may outlive the run.
+TEST_LABS = (LAB_NAME, "itfull", "itstor", "itk8s", "itpulumi", "ttear")
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if os.geteuid() != 0:
+        return
+    left = [f"lab {name}: {what}" for name in TEST_LABS for what in leftovers(name)]
+    if left:
+        sys.stderr.write("\nthe integration run left these behind:\n  " + "\n  ".join(left) + "\n")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
 @pytest.fixture(scope="session")
 def lab() -> Iterator[Lab]:
-    handle = make_lab(LAB_NAME)
-    handle.down()  # a run killed earlier may have left a lab behind
-    handle.up()
-    yield handle
-    handle.down()
-    assert leftovers(LAB_NAME) == []
+    with running_lab(make_lab(LAB_NAME)) as handle:
+        yield handle
 
 
 @pytest.fixture

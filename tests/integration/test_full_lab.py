@@ -19,7 +19,7 @@ from ha_ops.chaos import faults
 from ha_ops.lab.cluster import Lab
 from ha_ops.lab.paths import LabPaths
 from ha_ops.spec import load_spec
-from tests.labkit import REPO, leftovers, reset_remediation
+from tests.labkit import REPO, reset_remediation, running_lab
 
 pytestmark = pytest.mark.lab
 
@@ -31,13 +31,9 @@ ARTIFACTS = Path(os.environ.get("HA_OPS_ARTIFACTS", REPO / "artifacts"))
 @pytest.fixture(scope="module")
 def flab() -> Iterator[Lab]:
     spec = load_spec(REPO / "examples" / "lab-storage.yaml").model_copy(update={"name": NAME})
-    lab = Lab(spec, LabPaths.for_lab(NAME))
-    lab.down()
-    lab.up()
-    yield lab
-    faults.cleanup(lab)
-    lab.down()
-    assert leftovers(NAME) == []
+    with running_lab(Lab(spec, LabPaths.for_lab(NAME))) as lab:
+        yield lab
+        faults.cleanup(lab)
 
 
 def gameday(plan: Path, reports: Path, *extra: str) -> subprocess.CompletedProcess:

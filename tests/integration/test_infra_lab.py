@@ -12,7 +12,7 @@ from ha_ops.iac.engine import PulumiEngine
 from ha_ops.lab.cluster import Lab
 from tests.labkit import REPO, lab_spec, leftovers
 
-pytestmark = pytest.mark.lab
+pytestmark = [pytest.mark.lab, pytest.mark.tools]  # the lab, and the Go-built tools
 
 NAME = "itpulumi"
 PROGRAM = REPO / "infra" / "lab"

@@ -20,9 +20,9 @@ from ha_ops.lab.kubeapi import KubeClient, KubeError
 from ha_ops.lab.paths import LabPaths
 from ha_ops.spec.model import Kubernetes
 from ha_ops.util.wait import wait_for
-from tests.labkit import REPO, lab_spec, leftovers
+from tests.labkit import REPO, lab_spec, running_lab
 
-pytestmark = pytest.mark.lab
+pytestmark = [pytest.mark.lab, pytest.mark.tools]  # the lab, and the Go-built tools
 
 NAME = "itk8s"
 IMAGE = "registry.invalid/ha-ops/trainer@sha256:" + "0" * 64  # KWOK never pulls it
@@ -31,14 +31,10 @@ IMAGE = "registry.invalid/ha-ops/trainer@sha256:" + "0" * 64  # KWOK never pulls
 @pytest.fixture(scope="module")
 def klab() -> Iterator[Lab]:
     spec = lab_spec(NAME).model_copy(update={"kubernetes": Kubernetes()})
-    lab = Lab(spec, LabPaths.for_lab(NAME))
-    lab.down()
     started = time.monotonic()
-    lab.up()
-    print(f"\nlab with Kubernetes up in {time.monotonic() - started:.0f} s")
-    yield lab
-    lab.down()
-    assert leftovers(NAME) == []
+    with running_lab(Lab(spec, LabPaths.for_lab(NAME))) as lab:
+        print(f"\nlab with Kubernetes up in {time.monotonic() - started:.0f} s")
+        yield lab
 
 
 def test_the_gpu_nodes_are_ready_nodes_with_their_gpus_and_failure_domains(klab: Lab) -> None:

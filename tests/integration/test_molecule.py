@@ -1,20 +1,40 @@
 """Every role's Molecule scenario, in real podman containers with systemd: converge, idempotence, side effects,
-testinfra verification. Each runs through scripts/molecule.sh, as a developer would run it."""
+testinfra verification. Each runs through scripts/molecule.sh, as a developer would run it.
+
+The scenarios run side by side (HA_OPS_MOLECULE_PARALLEL at once, longest first): their containers spend most of
+a scenario waiting on apt, systemd and Ansible's round trips, so two cores keep several busy. Each scenario has its
+own containers, apt cache folders and shared folder, and each test still checks its own scenario's outcome."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import time
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.labkit import REPO, script_env
 
 pytestmark = pytest.mark.lab
 
 ROLES = sorted(p.parents[2].name for p in (REPO / "roles").glob("*/molecule/default/molecule.yml"))
+PARALLEL = int(os.environ.get("HA_OPS_MOLECULE_PARALLEL", "3"))
+# Measured scenario times (s, one at a time on 2 cores): the longest start first, so the last to finish is short.
+LONGEST_FIRST = ["gpu_driver", "slurm_controller", "slurm_compute", "ha_ops_agent", "etcd_backup", "monitoring",
+                 "moosefs", "nic_bonding"]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ScenarioRun:
+    role: str
+    returncode: int
+    seconds: float
+    log: str
 
 
 def podman_names(env: dict[str, str]) -> set[str]:
@@ -23,29 +43,62 @@ def podman_names(env: dict[str, str]) -> set[str]:
     return set(out.stdout.split())
 
 
+def platform_names(role: str) -> set[str]:
+    """The containers a role's scenario creates (its own platforms, or the shared default's)."""
+    scenario = yaml.safe_load((REPO / "roles" / role / "molecule" / "default" / "molecule.yml").read_text()) or {}
+    shared = yaml.safe_load((REPO / ".config" / "molecule" / "config.yml").read_text())
+    return {p["name"] for p in scenario.get("platforms") or shared["platforms"]}
+
+
+def run_scenario(role: str, env: dict[str, str], logs: Path) -> ScenarioRun:
+    log = logs / f"molecule-{role}.log"
+    started = time.monotonic()
+    with log.open("w") as out:
+        result = subprocess.run([str(REPO / "scripts" / "molecule.sh"), role, "test"], stdout=out,
+                                stderr=subprocess.STDOUT, env=env, timeout=1500)  # fmt: skip
+    text = log.read_text(errors="replace")
+    artifacts = os.environ.get("HA_OPS_ARTIFACTS")
+    if artifacts:
+        (Path(artifacts) / "molecule").mkdir(parents=True, exist_ok=True)
+        (Path(artifacts) / "molecule" / log.name).write_text(text)
+    return ScenarioRun(role, result.returncode, time.monotonic() - started, text)
+
+
+@pytest.fixture(scope="module")
+def molecule_env() -> dict[str, str]:
+    return script_env("ansible.sh") | {"NO_COLOR": "1", "ANSIBLE_NOCOLOR": "1", "PY_COLORS": "0",
+                                       "ANSIBLE_FORCE_COLOR": "0"}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def scenarios(molecule_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Future]]:
+    """Every scenario started at once on a pool of PARALLEL workers; each test waits for its own."""
+    logs = tmp_path_factory.mktemp("molecule")
+    order = [r for r in LONGEST_FIRST if r in ROLES] + [r for r in ROLES if r not in LONGEST_FIRST]
+    pool = ThreadPoolExecutor(max_workers=max(1, PARALLEL), thread_name_prefix="molecule")
+    futures = {role: pool.submit(run_scenario, role, molecule_env, logs) for role in order}
+    yield futures
+    pool.shutdown(wait=True)  # a scenario always ends with its own destroy
+
+
 def test_every_role_has_a_scenario() -> None:
     roles = sorted(p.name for p in (REPO / "roles").iterdir() if p.is_dir())
     assert roles == ROLES
 
 
 @pytest.mark.parametrize("role", ROLES)
-def test_molecule_scenario(role: str, tmp_path: Path) -> None:
-    env = script_env("ansible.sh") | {"NO_COLOR": "1", "ANSIBLE_NOCOLOR": "1", "PY_COLORS": "0",
-                                      "ANSIBLE_FORCE_COLOR": "0"}  # fmt: skip
-    log = tmp_path / f"molecule-{role}.log"
-    started = time.monotonic()
-    with log.open("w") as out:
-        result = subprocess.run([str(REPO / "scripts" / "molecule.sh"), role, "test"], stdout=out,
-                                stderr=subprocess.STDOUT, env=env, timeout=900)  # fmt: skip
-    took = time.monotonic() - started
-    text = log.read_text(errors="replace")
-    artifacts = os.environ.get("HA_OPS_ARTIFACTS")
-    if artifacts:
-        (Path(artifacts) / "molecule").mkdir(parents=True, exist_ok=True)
-        (Path(artifacts) / "molecule" / log.name).write_text(text)
-    print(f"molecule {role}: exit {result.returncode} in {took:.0f} s")
-    assert result.returncode == 0, text[-6000:]
-    assert "Idempotence completed successfully" in text or "idempotence: Executed: Successful" in text
-    assert " passed" in text  # testinfra ran and its tests passed
-    leftovers = {n for n in podman_names(env) if n.startswith("hao-")}
+def test_molecule_scenario(role: str, scenarios: dict[str, Future], molecule_env: dict[str, str]) -> None:
+    run: ScenarioRun = scenarios[role].result()
+    print(f"molecule {role}: exit {run.returncode} in {run.seconds:.0f} s")
+    assert run.returncode == 0, run.log[-6000:]
+    assert "Idempotence completed successfully" in run.log or "idempotence: Executed: Successful" in run.log
+    assert " passed" in run.log  # testinfra ran and its tests passed
+    left = platform_names(role) & podman_names(molecule_env)
+    assert not left, f"containers left behind: {left}"
+
+
+def test_no_scenario_leaves_a_container_behind(scenarios: dict[str, Future], molecule_env: dict[str, str]) -> None:
+    for future in scenarios.values():
+        future.result()
+    leftovers = {n for n in podman_names(molecule_env) if n.startswith("hao-")}
     assert not leftovers, f"containers left behind: {leftovers}"

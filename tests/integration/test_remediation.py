@@ -64,6 +64,14 @@ def kinds(entries: list[dict]) -> Counter:
     return Counter(e["what"] for e in entries)
 
 
+def audited(lab: Lab, node: str, expected: Counter) -> Counter:
+    """The node's audit entries by kind, read once at least `expected` is there: the controller audits an action
+    after it is done, so Slurm shows a spare leaving or a node resumed a moment before the audit log does."""
+    wait_for(f"{node}'s actions audited", lambda: kinds(node_entries(lab, node)) >= expected, timeout=10,
+             interval=0.1)  # fmt: skip
+    return kinds(node_entries(lab, node))
+
+
 def audit_verify(lab: Lab) -> subprocess.CompletedProcess:
     directory = state_dir(lab.ctx)
     cmd = [sys.executable, "-m", "ha_ops", "audit", "verify", str(directory / "audit.jsonl"),
@@ -119,9 +127,9 @@ def test_xid79_on_a_node_running_a_job_requeues_it_elsewhere_and_a_spare_enters(
     wait_for(f"{node} back in service", lambda: not slurm.node(node).drained, timeout=20, interval=0.2)
     wait_for("the spare out again", lambda: "gpu4" not in slurm.partition_nodes("gpu"), timeout=20, interval=0.2)
 
-    mine = kinds(node_entries(lab, node))
+    mine = audited(lab, node, Counter({"drain": 1, "requeue_jobs": 1, "resume": 1}))
     assert mine["drain"] == 1 and mine["requeue_jobs"] == 1 and mine["resume"] == 1
-    spare = kinds(node_entries(lab, "gpu4"))
+    spare = audited(lab, "gpu4", Counter({"spare_in": 1, "spare_out": 1}))
     assert spare == Counter({"spare_in": 1, "spare_out": 1})
     requeue = next(e for e in node_entries(lab, node) if e["what"] == "requeue_jobs")
     assert job_id in requeue["after"]
@@ -137,7 +145,7 @@ def test_transient_fault_is_repaired_and_each_action_audited_once(lab: Lab, slur
     assert kinds(node_entries(lab, "gpu2")) == Counter(
         {"drain": 1, "requeue_jobs": 1, "reboot_node": 1, "validate": 1, "resume": 1}
     )
-    assert kinds(node_entries(lab, "gpu4")) == Counter({"spare_in": 1, "spare_out": 1})
+    assert audited(lab, "gpu4", Counter({"spare_in": 1, "spare_out": 1})) == Counter({"spare_in": 1, "spare_out": 1})
 
 
 def test_leader_killed_mid_remediation_the_standby_finishes_once(lab: Lab, slurm: Slurm) -> None:

@@ -13,7 +13,7 @@ from ha_ops.lab.http import http_get
 from ha_ops.lab.paths import LabPaths
 from ha_ops.spec import load_spec
 from ha_ops.util.wait import wait_for
-from tests.labkit import REPO, leftovers
+from tests.labkit import REPO, running_lab
 
 pytestmark = pytest.mark.lab
 
@@ -23,12 +23,8 @@ NAME = "itstor"
 @pytest.fixture(scope="module")
 def slab() -> Iterator[Lab]:
     spec = load_spec(REPO / "examples" / "lab-storage.yaml").model_copy(update={"name": NAME})
-    lab = Lab(spec, LabPaths.for_lab(NAME))
-    lab.down()
-    lab.up()
-    yield lab
-    lab.down()
-    assert leftovers(NAME) == []
+    with running_lab(Lab(spec, LabPaths.for_lab(NAME))) as lab:
+        yield lab
 
 
 def test_slurm_state_and_checkpoints_live_on_moosefs_with_the_spec_replicas(slab: Lab) -> None:

@@ -18,7 +18,7 @@ def test_discovered_activities_are_exactly_these() -> None:
     assert activities == {
         *(("action", n) for n in (
             "bandwidth_limit", "chunkserver_loss", "clear_gpu_fault", "driver_rollout", "end_driver_rollout",
-            "freeze_service", "gpu_fault", "heal",
+            "freeze_service", "gpu_fault", "heal", "hold_fault",
             "kill_remediation_leader", "kill_service", "link_down", "link_up", "monitoring_outage", "node_loss",
             "packet_loss", "partition", "restart_service",
             "silent_link_drop", "slurm_primary_failover", "start_service", "stop_service", "storage_master_loss",
@@ -52,3 +52,48 @@ def test_an_invalid_experiment_is_refused_naming_the_problem(tmp_path: Path) -> 
     listing.write_text("- a\n- b\n")
     with pytest.raises(SpecError, match="mapping"):
         load_experiment(listing, "lab")
+
+
+def test_a_probe_with_a_time_limit_returns_as_soon_as_its_condition_holds_and_false_when_it_never_does() -> None:
+    from ha_ops.chaos.probes import _within
+
+    answers = iter([False, False, True])
+    assert _within(5.0, lambda: next(answers)) is True
+    assert _within(0.3, lambda: False) is False
+    assert _within(0.0, lambda: True) is True and _within(0.0, lambda: False) is False
+
+
+def test_a_probe_without_a_time_limit_raises_its_error_and_with_one_retries_through_errors() -> None:
+    from ha_ops.chaos.probes import _within
+
+    def broken() -> bool:
+        raise OSError("agent not answering")
+
+    with pytest.raises(OSError, match="agent not answering"):
+        _within(0.0, broken)
+    calls = iter([OSError("not yet"), True])
+
+    def flaky() -> bool:
+        answer = next(calls)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    assert _within(5.0, flaky) is True
+
+
+def test_a_hold_lasts_its_time_unless_the_run_ends_it_early_and_the_signal_never_outlives_the_run() -> None:
+    import threading
+    import time
+
+    from ha_ops.chaos import hold
+    from ha_ops.chaos.actions import hold_fault
+
+    held, early = hold.wait(0.2)
+    assert held >= 0.2 and early is False
+    with hold.endable():
+        threading.Timer(0.1, hold.end_early).start()
+        started = time.monotonic()
+        said = hold_fault(30)
+        assert time.monotonic() - started < 5 and "ended early" in said
+    assert hold.wait(0.05)[1] is False  # the next run holds again

@@ -657,12 +657,22 @@ def test_ansible_apply_runs_the_playbook_limited_to_the_node_then_reads_the_fact
     path = play["envvars"].pop("PATH")
     assert path.split(os.pathsep)[0] == str(Path(sys.executable).parent)  # the ansible beside ha-ops comes first
     assert play["envvars"] == {"ANSIBLE_NOCOLOR": "1", "ANSIBLE_RETRY_FILES_ENABLED": "0",
-                               "ANSIBLE_ROLES_PATH": "/repo/roles"}  # fmt: skip
+                               "ANSIBLE_ROLES_PATH": "/repo/roles", "ANSIBLE_PIPELINING": "True"}  # fmt: skip
     assert play["timeout"] == 900 and play["quiet"] is True and play["suppress_env_files"] is True
     assert str(play["ident"]).startswith("gpu3-install-")
     assert slurp["host_pattern"] == "gpu3" and slurp["module"] == "ansible.builtin.slurp"
     assert slurp["module_args"] == "src={{ gpu_driver_fact_file | default('/etc/ansible/facts.d/gpu_driver.fact') }}"
     assert "playbook" not in slurp and "limit" not in slurp
+
+
+def test_ansible_runs_are_pipelined_unless_the_operator_turned_it_off(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ANSIBLE_PIPELINING", "False")  # sudo with requiretty on the nodes
+    runner = AnsibleRunner(tmp_path / "inventory.yml", tmp_path / "ansible", run=ScriptedRunner())
+    assert runner.module_kwargs("gpu3", "ansible.builtin.ping", "", 30)["envvars"]["ANSIBLE_PIPELINING"] == "False"
+    monkeypatch.delenv("ANSIBLE_PIPELINING")
+    assert runner.module_kwargs("gpu3", "ansible.builtin.ping", "", 30)["envvars"]["ANSIBLE_PIPELINING"] == "True"
 
 
 def test_ansible_apply_the_role_rolled_back(tmp_path: Path) -> None:

@@ -11,11 +11,17 @@ import pytest
 
 from ha_ops.rollout import leftovers
 from ha_ops.rollout.state import RolloutStore
+from ha_ops.util.wait import wait_for
 
 
 def tagged_sleeper(directory: Path, seconds: float) -> subprocess.Popen[bytes]:
+    """A process started with the tag, returned once its environment can be read in /proc: Popen returns as soon as
+    exec has begun, and until the kernel has set up the new program's stack /proc/PID/environ reads empty."""
     env = os.environ | {leftovers.ENV: str(directory.resolve())}
-    return subprocess.Popen([sys.executable, "-c", f"import time; time.sleep({seconds})"], env=env)
+    child = subprocess.Popen([sys.executable, "-c", f"import time; time.sleep({seconds})"], env=env)
+    wait_for("the child's environment readable", lambda: Path(f"/proc/{child.pid}/environ").read_bytes(), timeout=5,
+             interval=0.005)  # fmt: skip
+    return child
 
 
 def test_a_process_started_with_the_tag_is_found_and_others_are_not(tmp_path: Path) -> None:
