@@ -4,8 +4,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PWD/.venv/bin:$PATH"
-ruff check --no-cache ha_ops tests  # no cache: a checkout whose .ruff_cache root wrote stays lintable
-ruff format --no-cache --check ha_ops tests
+# No cache: a checkout whose .ruff_cache root wrote stays lintable by its owner.
+ruff check --no-cache ha_ops tests .config/ansible
+ruff format --no-cache --check ha_ops tests .config/ansible
 bash scripts/ansible.sh >/dev/null
 eval "$(bash scripts/ansible.sh --env)"
 yamllint roles playbooks .config

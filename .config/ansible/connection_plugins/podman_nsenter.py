@@ -11,6 +11,18 @@
 # again.
 from __future__ import annotations
 
+import json
+import os
+import shlex
+import subprocess
+import tempfile
+from pathlib import Path
+
+from ansible.errors import AnsibleConnectionFailure, AnsibleError
+from ansible.module_utils.common.text.converters import to_bytes, to_text
+from ansible.plugins.connection import ConnectionBase
+from ansible.utils.display import Display
+
 DOCUMENTATION = """
 name: podman_nsenter
 short_description: run commands in a local podman container through nsenter (pipelining supported)
@@ -24,18 +36,6 @@ options:
     vars:
       - name: ansible_podman_executable
 """
-
-import json
-import os
-import shlex
-import subprocess
-import tempfile
-from pathlib import Path
-
-from ansible.errors import AnsibleConnectionFailure, AnsibleError
-from ansible.module_utils.common.text.converters import to_bytes, to_text
-from ansible.plugins.connection import ConnectionBase
-from ansible.utils.display import Display
 
 display = Display()
 CACHE = Path(tempfile.gettempdir()) / "ha-ops-podman-nsenter"
@@ -97,7 +97,7 @@ class Connection(ConnectionBase):
         super().exec_command(cmd, in_data=in_data, sudoable=sudoable)
         argv = self._argv(shlex.split(to_text(cmd, errors="surrogate_or_strict")))
         display.vvv(f"EXEC {argv[-1][:200]}", host=self._play_context.remote_addr)
-        proc = subprocess.run(argv, input=in_data, capture_output=True)  # noqa: S603 - argv, no shell here
+        proc = subprocess.run(argv, input=in_data, capture_output=True)
         return proc.returncode, proc.stdout, proc.stderr
 
     def put_file(self, in_path, out_path):
