@@ -246,18 +246,25 @@ def test_bad_input_gets_400_and_changes_nothing(lab: Lab) -> None:
     def digest() -> str:
         return hashlib.sha256(path.read_bytes()).hexdigest()
 
-    lab.node(ctl).freeze("controller")  # hold the state still while we compare it
-    lab.node(ctl).thaw("controller")
-    before = digest()
-    for body in (b"{not json", b"[]", json.dumps({"schema": "ha-ops/agent-report", "version": 1}).encode()):
-        status, answer = call_controller(lab, ctl, "/v1/reports", body)
-        assert status == 400, answer
-        assert answer["error"]
-    status, answer = call_controller(lab, ctl, "/v1/reports", json.dumps({"schema": "x"}).encode())
-    assert status == 400 and "schema" in answer["error"]
-    status, answer = call_controller(lab, ctl, "/v1/alerts", json.dumps({"version": "3", "alerts": []}).encode())
-    assert status == 400 and "version" in answer["error"]
-    assert digest() == before
+    # Hold the state still while we compare it: the agents' own reports (every 5 s) update it legitimately.
+    agents = [n.name for n in lab.ctx.layout.nodes_with_role("gpu")]
+    for node in agents:
+        lab.node(node).freeze("agent")
+    try:
+        time.sleep(0.5)  # a report already on its way lands first
+        before = digest()
+        for body in (b"{not json", b"[]", json.dumps({"schema": "ha-ops/agent-report", "version": 1}).encode()):
+            status, answer = call_controller(lab, ctl, "/v1/reports", body)
+            assert status == 400, answer
+            assert answer["error"]
+        status, answer = call_controller(lab, ctl, "/v1/reports", json.dumps({"schema": "x"}).encode())
+        assert status == 400 and "schema" in answer["error"]
+        status, answer = call_controller(lab, ctl, "/v1/alerts", json.dumps({"version": "3", "alerts": []}).encode())
+        assert status == 400 and "version" in answer["error"]
+        assert digest() == before
+    finally:
+        for node in agents:
+            lab.node(node).thaw("agent")
     report = {
         "schema": "ha-ops/agent-report", "version": 1, "node": "gpu99", "seq": 1, "agent_id": "x", "sent_at": 1.0,
         "state": "unhealthy", "action": "reboot_node", "reason": "test",
