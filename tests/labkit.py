@@ -84,13 +84,6 @@ def leader(lab: Lab) -> str | None:
     return None if found == "none" else found
 
 
-def _answers(lab: Lab, node: str) -> bool:
-    try:
-        return call_controller(lab, node, "/healthz")[0] == 200
-    except Exception:  # refused while it starts
-        return False
-
-
 def call_controller(lab: Lab, node: str, path: str, body: bytes | None = None) -> tuple[int, dict]:
     import json
 
@@ -140,7 +133,9 @@ def reset_remediation(lab: Lab) -> None:
         lab.node(node).start("controller")
     wait_for("a controller leads", lambda: leader(lab), timeout=15, interval=0.1)
     # And the other one serves too: a test that talks to the standby right away must not find it still starting.
-    wait_for("every controller answering", lambda: all(_answers(lab, n) for n in controller_nodes(lab)), timeout=15,
+    # (wait_for counts a refused connection as "not yet")
+    wait_for("every controller answering",
+             lambda: all(call_controller(lab, n, "/healthz")[0] == 200 for n in controller_nodes(lab)), timeout=15,
              interval=0.1)  # fmt: skip
     wait_for("every GPU node idle", lambda: not lab.slurm_problems(), timeout=30, interval=0.2)
 

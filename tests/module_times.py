@@ -12,6 +12,13 @@ from collections.abc import Generator
 import pytest
 
 _seconds: dict[str, float] = defaultdict(float)
+
+
+def module_of(nodeid: str) -> str:
+    """The test module's file name in a node id ("tests/integration/test_lab.py::test_x" -> "test_lab.py")."""
+    return nodeid.split("::", 1)[0].rsplit("/", 1)[-1]
+
+
 _tests: dict[str, int] = defaultdict(int)
 _failed: dict[str, int] = defaultdict(int)
 
@@ -20,14 +27,14 @@ _failed: dict[str, int] = defaultdict(int)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Generator[None, None, None]:
     started = time.monotonic()
     yield
-    module = item.nodeid.split("::", 1)[0].rsplit("/", 1)[-1]
+    module = module_of(item.nodeid)
     _seconds[module] += time.monotonic() - started
     _tests[module] += 1
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if report.failed:
-        _failed[report.nodeid.split("::", 1)[0].rsplit("/", 1)[-1]] += 1
+        _failed[module_of(report.nodeid)] += 1
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

@@ -8,7 +8,7 @@ import pytest
 
 from ha_ops.lab.cluster import Lab
 from tests.labkit import leftovers, make_lab, running_lab
-from tests.module_times import pytest_runtest_logreport, pytest_runtest_protocol, pytest_terminal_summary
+from tests.module_times import module_of, pytest_runtest_logreport, pytest_runtest_protocol, pytest_terminal_summary
 
 __all__ = ["pytest_runtest_logreport", "pytest_runtest_protocol", "pytest_terminal_summary"]  # the time per module
 
@@ -26,7 +26,7 @@ MODULE_ORDER = [
 
 
 def _rank(item: pytest.Item) -> int:
-    module = item.nodeid.split("::", 1)[0].rsplit("/", 1)[-1].removesuffix(".py")
+    module = module_of(item.nodeid).removesuffix(".py")
     return MODULE_ORDER.index(module) if module in MODULE_ORDER else len(MODULE_ORDER)
 
 
