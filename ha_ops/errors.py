@@ -36,6 +36,12 @@ class TransportError(HaOpsError):
     exit_code = 4
 
 
+class HostKeyError(TransportError):
+    """A host's SSH key is unknown or differs from known_hosts: refused, never accepted. Bad input, not an outage."""
+
+    exit_code = 2
+
+
 class CommandFailed(TransportError):
     """A command ran and exited non-zero."""
 

@@ -135,3 +135,49 @@ def load_driver(
         raise SpecError("ha-ops gpu load-driver", [f"--fake-dir: {fake_dir} has no fake GPUs"])
     fake.load_driver(version, works=works)
     output.result(f"loaded driver {version} on {fake.count()} fake GPU(s)" + ("" if works else "; every GPU is lost"))
+
+
+def _fake_gpus(fake_dir: Path, command: str):  # -> FakeGpus
+    from ha_ops.gpu.fake import FakeGpus
+
+    fake = FakeGpus(fake_dir)
+    if not fake_dir.is_dir() or not fake.count():
+        raise SpecError(f"ha-ops gpu {command}", [f"--fake-dir: {fake_dir} has no fake GPUs"])
+    return fake
+
+
+@app.command("fake-fault")
+def fake_fault(
+    fake_dir: Path = typer.Option(..., "--fake-dir", help="Folder of fake GPUs (the agent's fake_dir)."),
+    gpu: int = typer.Option(..., "--gpu", "-g", min=0, help="GPU index."),
+    fault: str = typer.Option(
+        "xid", "--fault", help="xid, double_bit_ecc, row_remap_failure, overheat or fallen_off_bus."
+    ),
+    xid: int = typer.Option(79, "--xid", help="With --fault xid: the XID."),
+    celsius: float = typer.Option(92.0, "--celsius", help="With --fault overheat: the temperature."),
+    permanent: bool = typer.Option(False, "--permanent", help="No reset or reboot repairs it (broken hardware)."),
+) -> None:
+    """Fake backend only: inject a GPU fault, as a chaos experiment does on a node that runs the fake backend (the
+    chaos actions call this over SSH)."""
+    from ha_ops.gpu.fake import FAULTS
+
+    if fault not in FAULTS:
+        raise SpecError("ha-ops gpu fake-fault", [f"--fault: {fault!r} is not one of {', '.join(FAULTS)}"])
+    fake = _fake_gpus(fake_dir, "fake-fault")
+    if gpu >= fake.count():
+        raise SpecError("ha-ops gpu fake-fault", [f"--gpu: {gpu} is not a GPU here (there are {fake.count()})"])
+    fake.inject(fault, gpu, xid=xid, celsius=celsius, permanent=permanent)
+    output.result(f"{fault} on GPU{gpu}" + (" (permanent)" if permanent else ""))
+
+
+@app.command("fake-clear")
+def fake_clear(
+    fake_dir: Path = typer.Option(..., "--fake-dir", help="Folder of fake GPUs."),
+    gpu: int | None = typer.Option(None, "--gpu", "-g", min=0, help="GPU index (default: every GPU)."),
+) -> None:
+    """Fake backend only: undo injected faults, permanent ones included (the hardware was replaced)."""
+    fake = _fake_gpus(fake_dir, "fake-clear")
+    if gpu is not None and gpu >= fake.count():
+        raise SpecError("ha-ops gpu fake-clear", [f"--gpu: {gpu} is not a GPU here (there are {fake.count()})"])
+    fake.clear(gpu)
+    output.result(f"cleared {'every GPU' if gpu is None else f'GPU{gpu}'}")

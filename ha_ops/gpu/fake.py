@@ -26,6 +26,8 @@ log = logging.getLogger(__name__)
 
 EVENTS_FILE = "events.jsonl"
 IDENTITY = ("uuid", "serial", "pci_bus_id", "name")
+# The faults FakeGpus.inject injects, by name (the chaos action gpu_fault and `ha-ops gpu fake-fault` take these).
+FAULTS = ("xid", "double_bit_ecc", "row_remap_failure", "overheat", "fallen_off_bus")
 
 
 def healthy_state(node: str, index: int, model: str = "NVIDIA H100 80GB HBM3", driver: str = "550.90.07") -> dict:
@@ -147,6 +149,21 @@ class FakeGpus:
     def fall_off_bus(self, index: int) -> None:
         self.update(index, lost=True)
         self.emit(GpuEvent(index, "xid", xid=79, at=time.time(), detail="GPU has fallen off the bus"))
+
+    def inject(self, fault: str, index: int, xid: int = 79, celsius: float = 92.0, permanent: bool = False) -> None:
+        """One of FAULTS on a GPU; `permanent`: no reset or reboot repairs it (broken hardware)."""
+        if fault not in FAULTS:
+            raise ValueError(f"fault {fault!r} is not one of: {', '.join(FAULTS)}")
+        if fault == "xid":
+            self.inject_xid(index, xid)
+        elif fault == "overheat":
+            self.overheat(index, celsius)
+        elif fault == "fallen_off_bus":
+            self.fall_off_bus(index)
+        else:
+            getattr(self, fault)(index)
+        if permanent:
+            self.break_permanently(index)
 
     def break_permanently(self, index: int) -> None:
         """Mark the GPU's current fault as hardware that no reset or reboot repairs (only `clear` does)."""

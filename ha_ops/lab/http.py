@@ -2,29 +2,17 @@
 
 from __future__ import annotations
 
-import http.client
-from urllib.parse import urlsplit
-
 from ha_ops.lab.netns import connect_in
+from ha_ops.transport.http import request
 
 
 def _request(
     netns: str, method: str, url: str, body: bytes | None, headers: dict[str, str], timeout: float
 ) -> tuple[int, bytes]:
-    parts = urlsplit(url)
-    host, port = parts.hostname or "127.0.0.1", parts.port or 80
-    conn = http.client.HTTPConnection(host, port, timeout=timeout)
-    conn.sock = connect_in(netns, (host, port), timeout=timeout)
-    conn.sock.settimeout(timeout)
-    try:
-        path = parts.path or "/"
-        if parts.query:
-            path += "?" + parts.query
-        conn.request(method, path, body=body, headers=headers)
-        response = conn.getresponse()
-        return response.status, response.read()
-    finally:
-        conn.close()
+    def connect(host: str, port: int, timeout: float):  # -> socket.socket
+        return connect_in(netns, (host, port), timeout=timeout)
+
+    return request(connect, method, url, body, headers, timeout)
 
 
 def http_get(netns: str, url: str, timeout: float = 5.0) -> tuple[int, bytes]:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import paramiko
 
-from ha_ops.errors import CommandFailed, CommandTimeout, TransportError
+from ha_ops.errors import CommandFailed, CommandTimeout, HostKeyError, TransportError
 from ha_ops.util.proc import CommandResult
 
 
@@ -27,6 +27,7 @@ class SSHTransport:
         known_hosts: Path | None = None,
         connect_timeout: float = 10.0,
         sock_factory: Callable[[], socket.socket] | None = None,
+        become: bool = False,
     ) -> None:
         self.name = name
         self.host = host
@@ -36,6 +37,7 @@ class SSHTransport:
         self.known_hosts = known_hosts
         self.connect_timeout = connect_timeout
         self._sock_factory = sock_factory
+        self.become = become  # commands through `sudo -n`: a login that is not root, with sudo rights
         self._client: paramiko.SSHClient | None = None
 
     def _connect(self) -> paramiko.SSHClient:
@@ -43,7 +45,11 @@ class SSHTransport:
             return self._client
         client = paramiko.SSHClient()
         if self.known_hosts is not None:
-            client.load_host_keys(str(self.known_hosts))
+            path = self.known_hosts.expanduser()
+            try:
+                client.load_host_keys(str(path))
+            except OSError as exc:
+                raise HostKeyError(f"{self.name}: cannot read known_hosts {path}: {exc.strerror}") from None
         else:
             client.load_system_host_keys()
         client.set_missing_host_key_policy(paramiko.RejectPolicy())
@@ -60,11 +66,19 @@ class SSHTransport:
                 allow_agent=False,
                 look_for_keys=self.key_file is None,
             )
-        except paramiko.BadHostKeyException as exc:
+        except paramiko.BadHostKeyException:
             client.close()
-            raise TransportError(f"{self.name}: host key of {self.host} does not match known_hosts") from exc
+            raise HostKeyError(
+                f"{self.name}: the host key of {self.host} differs from the one in known_hosts (refused: a changed "
+                "key may be a different machine)"
+            ) from None
         except paramiko.SSHException as exc:
             client.close()
+            if "not found in known_hosts" in str(exc):
+                raise HostKeyError(
+                    f"{self.name}: {self.host} is not in known_hosts {self.known_hosts or '(the system ones)'} "
+                    "(refused: add its verified key first, e.g. from the node's console or your provisioning)"
+                ) from None
             raise TransportError(f"{self.name}: ssh to {self.user}@{self.host}:{self.port} failed: {exc}") from exc
         except OSError as exc:
             client.close()
@@ -80,12 +94,17 @@ class SSHTransport:
         check: bool = True,
         input: str | None = None,
         env: Mapping[str, str] | None = None,
+        privileged: bool = True,
     ) -> CommandResult:
+        """`privileged=False`: as the login user even where commands go through sudo (sudo resets the session's
+        environment, SSH_CONNECTION among it)."""
         args = [str(a) for a in argv]
         command = " ".join(shlex.quote(a) for a in args)
         if env:
             # sshd drops most client environment by default: set it in the remote shell instead.
-            command = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()) + " " + command
+            command = "env " + " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()) + " " + command
+        if self.become and privileged:
+            command = "sudo -n -- " + command
         client = self._connect()
         try:
             stdin, stdout, stderr = client.exec_command(command, timeout=timeout)
@@ -108,6 +127,16 @@ class SSHTransport:
         if check and code != 0:
             raise CommandFailed(args, code, out, err, self.name)
         return result
+
+    def open_channel(self, host: str, port: int, timeout: float = 10.0) -> paramiko.Channel:
+        """A TCP connection from the node to host:port (host as the node sees it: itself, or a peer on its side of
+        the network), carried over this SSH session, as `ssh -L` does."""
+        transport = self._connect().get_transport()
+        assert transport is not None
+        try:
+            return transport.open_channel("direct-tcpip", (host, port), ("127.0.0.1", 0), timeout=timeout)
+        except (paramiko.SSHException, OSError) as exc:
+            raise TransportError(f"{self.name}: cannot open {host}:{port} through ssh: {exc}") from None
 
     def read_file(self, path: str, timeout: float = 10.0) -> str:
         return self.run(["cat", path], timeout=timeout).stdout

@@ -19,7 +19,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from ha_ops.errors import CommandFailed, TransportError
+from ha_ops.errors import CommandFailed, HostKeyError, TransportError
 from ha_ops.transport.ssh import SSHTransport
 
 pytestmark = pytest.mark.timeout(60)
@@ -218,11 +218,13 @@ def test_unknown_host_key_is_refused(
     known_hosts = tmp_path / "known_hosts"
     known_hosts.write_text("")
     t = connect(transports, server, keys, known_hosts, name="gpu7")
-    with pytest.raises(TransportError) as info:
+    with pytest.raises(HostKeyError) as info:
         t.run(["echo", "hi"], timeout=STEP_TIMEOUT)
     message = str(info.value)
     assert "gpu7" in message
     assert "127.0.0.1" in message
+    assert "not in known_hosts" in message
+    assert info.value.exit_code == 2
     # Refused before logging in: the client key was never offered and nothing ran.
     assert not [e for e in server.log if e.startswith(("auth", "exec"))], server.log
     # Never accepted on first use: known_hosts is left as it was and a second try is refused again.
@@ -240,11 +242,13 @@ def test_changed_host_key_is_refused(
     entry = known_hosts_entry(server.port, other)
     known_hosts.write_text(entry)
     t = connect(transports, server, keys, known_hosts, name="gpu8")
-    with pytest.raises(TransportError) as info:
+    with pytest.raises(HostKeyError) as info:
         t.run(["echo", "hi"], timeout=STEP_TIMEOUT)
     message = str(info.value)
     assert "gpu8" in message
     assert "127.0.0.1" in message
+    assert "differs" in message
+    assert info.value.exit_code == 2  # bad input (a wrong known_hosts), not an unreachable host (4)
     assert not [e for e in server.log if e.startswith(("auth", "exec"))], server.log
     assert known_hosts.read_text() == entry
 

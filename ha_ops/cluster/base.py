@@ -1,0 +1,68 @@
+"""The cluster port: what chaos experiments, game days and runbook checks need from a cluster, whichever it is.
+Implementations: SshCluster (a real cluster: an inventory, SSH, its BMCs) and LabCluster (the local lab through its
+namespaces, for the fast tests). See docs/architecture.md, "The cluster port"."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Literal, Protocol
+
+from ha_ops.cluster.ops import Op
+from ha_ops.schedulers.slurm import Slurm
+from ha_ops.spec.layout import Layout
+from ha_ops.spec.model import ClusterSpec
+from ha_ops.util.proc import CommandResult
+
+# What a node may be able to do; an operation needing a capability the node lacks is refused before anything is
+# journaled or injected (ha_ops.cluster.ops.capability names the one each operation needs).
+CAPABILITIES = ("services", "links", "filters", "qdisc", "power", "gpu_faults")
+Service = Literal["prometheus", "alertmanager", "controller"]
+
+
+class ClusterNode(Protocol):
+    name: str
+    capabilities: frozenset[str]
+
+    def run(
+        self, argv: Sequence[str], *, timeout: float = 30.0, check: bool = True, input: str | None = None
+    ) -> CommandResult: ...
+
+    def render(self, op: Op) -> list[str]:
+        """What `apply(op)` would run or send, one line each, for --dry-run."""
+        ...
+
+    def apply(self, op: Op) -> None:
+        """Carry the operation out; CapabilityMissing when the node cannot, TransportError when it is unreachable."""
+        ...
+
+    def interfaces(self) -> list[str]: ...
+
+    def service_active(self, unit: str) -> bool: ...
+
+
+class Cluster(Protocol):
+    name: str
+    spec: ClusterSpec
+    layout: Layout
+    production: bool
+    journal_dir: Path  # on the operator's machine: the fault journal outlives a killed run and an unreachable node
+
+    def hosts(self) -> list[str]:
+        """The hosts faults may target (an inventory's hosts; the lab's nodes and switches)."""
+        ...
+
+    def node(self, name: str) -> ClusterNode:
+        """A host of hosts(); SpecError for any other name, before anything is touched."""
+        ...
+
+    def slurm(self) -> Slurm: ...
+
+    def http(
+        self, service: Service, path: str, *, host: str | None = None, method: str = "GET", body: bytes | None = None,
+        timeout: float = 5.0,
+    ) -> tuple[int, bytes]:  # fmt: skip
+        """A request to a cluster service (on `host`, or its first host): status and body."""
+        ...
+
+    def close(self) -> None: ...

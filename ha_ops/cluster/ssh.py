@@ -1,0 +1,180 @@
+"""A real cluster over SSH: its spec, an Ansible inventory of its hosts, paramiko with verified host keys, and each
+node's BMC. Every operation is a command from ha_ops.cluster.commands, run as rendered (so --dry-run prints exactly
+what a run executes), except power, which goes to the BMC."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from ha_ops.cluster import commands
+from ha_ops.cluster.base import Service
+from ha_ops.cluster.commands import Command
+from ha_ops.cluster.gpu import CapabilityMissing, DcgmInjector, FakeBackendInjector, GpuInjector
+from ha_ops.cluster.inventory import Inventory, InventoryHost
+from ha_ops.cluster.ops import FilterOp, GpuOp, LinkOp, Op, PowerOp, QdiscOp, ServiceOp, capability, describe
+from ha_ops.cluster.power import PowerBackend, backend
+from ha_ops.errors import HaOpsError, SpecError
+from ha_ops.schedulers.slurm import Slurm
+from ha_ops.spec.layout import compute_layout
+from ha_ops.spec.model import ClusterSpec
+from ha_ops.transport.http import request
+from ha_ops.transport.ssh import SSHTransport
+from ha_ops.util.proc import CommandResult
+
+
+def state_dir(cluster: str) -> Path:
+    """Where the operator's machine keeps a cluster's fault journal (XDG state home)."""
+    base = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
+    return base / "ha-ops" / "clusters" / cluster
+
+
+class SshNode:
+    def __init__(self, host: InventoryHost, transport: SSHTransport, gpus: int = 0) -> None:
+        self.name = host.name
+        self.host = host
+        self.transport = transport
+        self.power: PowerBackend | None = backend(host.name, host.bmc) if host.bmc else None
+        self.gpus: GpuInjector | None = None
+        if host.gpu_injection == "dcgm":
+            self.gpus = DcgmInjector(gpus)
+        elif host.gpu_injection == "fake" and host.fake_gpu_dir:
+            self.gpus = FakeBackendInjector(host.fake_gpu_dir, host.ha_ops_command)
+        self.capabilities = frozenset(
+            {"services", "links", "filters", "qdisc"}
+            | ({"power"} if self.power else set())
+            | ({"gpu_faults"} if self.gpus else set())
+        )
+
+    def run(
+        self, argv: Sequence[str], *, timeout: float = 30.0, check: bool = True, input: str | None = None
+    ) -> CommandResult:
+        return self.transport.run(argv, timeout=timeout, check=check, input=input)
+
+    def require(self, op: Op) -> None:
+        needed = capability(op)
+        if needed not in self.capabilities:
+            why = {"power": "no ha_ops_bmc in the inventory", "gpu_faults": "ha_ops_gpu_injection is none"}
+            raise CapabilityMissing(f"{self.name} cannot {describe(op)}: it lacks {needed} ({why.get(needed, '')})")
+        if isinstance(op, PowerOp) and (op.permanent or op.repair):
+            raise CapabilityMissing(f"{self.name}: a real node's hardware cannot be broken or repaired on purpose "
+                                    "(permanent: is for the lab)")  # fmt: skip
+
+    def commands(self, op: Op) -> list[Command]:
+        if isinstance(op, ServiceOp):
+            return commands.service(op)
+        if isinstance(op, LinkOp):
+            return commands.link(op)
+        if isinstance(op, FilterOp):
+            return commands.filters(op, self.host.firewall)
+        if isinstance(op, QdiscOp):
+            return commands.qdisc(op)
+        if isinstance(op, GpuOp):
+            assert self.gpus is not None
+            return self.gpus.commands(op)
+        return []
+
+    def render(self, op: Op) -> list[str]:
+        self.require(op)
+        if isinstance(op, PowerOp):
+            assert self.power is not None
+            return [self.power.describe(op.action)]
+        sudo = "sudo -n -- " if self.host.become else ""
+        return [f"ssh {self.host.user}@{self.host.address}: {sudo}{command}" for command in self.commands(op)]
+
+    def apply(self, op: Op) -> None:
+        self.require(op)
+        if isinstance(op, PowerOp):
+            assert self.power is not None
+            self.power.act(op.action)
+            return
+        if isinstance(op, LinkOp) and not op.up:
+            self._refuse_own_link(op.interface)
+        for command in self.commands(op):
+            result = self.run(list(command.argv), input=command.input, check=command.check, timeout=30)
+            if isinstance(op, GpuOp) and self.gpus is not None:
+                self.gpus.check(op, result.stdout)
+
+    def _refuse_own_link(self, interface: str) -> None:
+        """Taking down the link ha-ops' own SSH session uses would strand the fault: nothing could undo it."""
+        out = self.transport.run(["sh", "-c", 'ip -o route get "${SSH_CONNECTION%% *}"'], check=False, timeout=10,
+                                 privileged=False)  # fmt: skip
+        words = out.stdout.split()
+        if out.ok and "dev" in words and words[words.index("dev") + 1] == interface:
+            raise HaOpsError(
+                f"refusing to take {self.name} {interface} down: ha-ops reaches {self.name} through it, so nothing "
+                "could bring it up again (reach the node over a management network, ansible_host)"
+            )
+
+    def interfaces(self) -> list[str]:
+        out = self.run(["ip", "-o", "link", "show"], timeout=10).stdout
+        names = [line.split(":")[1].strip().split("@")[0] for line in out.splitlines() if ":" in line]
+        return [n for n in names if n != "lo"]
+
+    def service_active(self, unit: str) -> bool:
+        command = commands.service_active(unit)
+        return self.run(list(command.argv), check=False, timeout=10).ok
+
+
+class SshCluster:
+    def __init__(self, spec: ClusterSpec, inventory: Inventory, journal_dir: Path | None = None) -> None:
+        self.spec = spec
+        self.inventory = inventory
+        self.name = spec.name
+        self.layout = compute_layout(spec)
+        self.production = spec.production or inventory.production
+        self.journal_dir = journal_dir or state_dir(spec.name)
+        self._nodes: dict[str, SshNode] = {}
+
+    def hosts(self) -> list[str]:
+        return list(self.inventory.hosts)
+
+    def node(self, name: str) -> SshNode:
+        if name not in self._nodes:
+            host = self.inventory.host(name)
+            transport = SSHTransport(
+                name, host.address, user=host.user, port=host.port, key_file=host.key_file,
+                known_hosts=host.known_hosts, become=host.become,
+            )  # fmt: skip
+            gpus = next((n.gpus for n in self.layout.nodes if n.name == name), 0)
+            self._nodes[name] = SshNode(host, transport, gpus)
+        return self._nodes[name]
+
+    def _first(self, role: str) -> str:
+        names = [n.name for n in self.layout.nodes_with_role(role) if n.name in self.inventory.hosts]
+        if not names:
+            raise SpecError(str(self.inventory.source), [f"no host with the {role} role of {self.name} is in it"])
+        return names[0]
+
+    def slurm(self) -> Slurm:
+        # Slurm's clients on a compute node: what users' jobs see, and it answers whichever controller leads.
+        return Slurm(self.node(self._first("gpu")).transport, timeout=15)
+
+    def _service_host(self, service: Service) -> tuple[str, int]:
+        if service == "controller":
+            if self.spec.remediation is None:
+                raise SpecError(self.name, ["remediation: the spec has no remediation controller"])
+            return self._first("controller"), self.spec.remediation.port
+        mon = self.spec.monitoring
+        return mon.host.name, mon.prometheus_port if service == "prometheus" else mon.alertmanager_port
+
+    def http(
+        self, service: Service, path: str, *, host: str | None = None, method: str = "GET", body: bytes | None = None,
+        timeout: float = 5.0,
+    ) -> tuple[int, bytes]:  # fmt: skip
+        """Through the service host's own SSH session (as `ssh -L` would): the cluster network need not be routed
+        to the operator's machine, and the service is reached at the address it listens on."""
+        default, port = self._service_host(service)
+        target = host or default
+        address = (
+            str(self.layout.node(target).address) if target in {n.name for n in self.layout.nodes} else "127.0.0.1"
+        )
+        transport = self.node(target).transport
+        headers = {"Content-Type": "application/json"} if body is not None else {}
+        connect = lambda h, p, t: transport.open_channel(h, p, timeout=t)  # noqa: E731
+        return request(connect, method, f"http://{address}:{port}{path}", body, headers, timeout)
+
+    def close(self) -> None:
+        for node in self._nodes.values():
+            node.transport.close()

@@ -1,0 +1,32 @@
+"""HTTP over a connection someone else opens: a socket inside a lab namespace, or a channel an SSH server opens to
+a service on its side (how an operator reaches Prometheus or the controller behind a cluster's bastion)."""
+
+from __future__ import annotations
+
+import http.client
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import urlsplit
+
+# (host, port, timeout) -> an object with sendall, makefile, settimeout and close (a socket or a paramiko Channel).
+Connect = Callable[[str, int, float], Any]
+
+
+def request(
+    connect: Connect, method: str, url: str, body: bytes | None = None, headers: dict[str, str] | None = None,
+    timeout: float = 5.0,
+) -> tuple[int, bytes]:  # fmt: skip
+    parts = urlsplit(url)
+    host, port = parts.hostname or "127.0.0.1", parts.port or 80
+    conn = http.client.HTTPConnection(host, port, timeout=timeout)
+    conn.sock = connect(host, port, timeout)
+    conn.sock.settimeout(timeout)
+    try:
+        path = parts.path or "/"
+        if parts.query:
+            path += "?" + parts.query
+        conn.request(method, path, body=body, headers=headers or {})
+        response = conn.getresponse()
+        return response.status, response.read()
+    finally:
+        conn.close()

@@ -1,0 +1,201 @@
+"""SshCluster and SshNode: refusals before anything runs, commands run exactly as --dry-run prints them, and HTTP
+to a cluster service through the service host's own SSH session (a direct-tcpip channel, as `ssh -L` opens)."""
+
+from __future__ import annotations
+
+import http.server
+import queue
+import socket
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import replace
+from ipaddress import IPv4Address
+from pathlib import Path
+
+import paramiko
+import pytest
+
+from ha_ops.cluster.gpu import CapabilityMissing
+from ha_ops.cluster.inventory import Inventory, InventoryHost
+from ha_ops.cluster.ops import FilterOp, FilterRule, GpuOp, LinkOp, PowerOp, ServiceOp
+from ha_ops.cluster.power import BmcConfig
+from ha_ops.cluster.ssh import SshCluster, SshNode, state_dir
+from ha_ops.errors import HaOpsError, SpecError
+from ha_ops.spec import load_spec
+from ha_ops.util.proc import CommandResult
+from tests.unit.test_transport_ssh import (  # noqa: F401  (fixtures)
+    STEP_TIMEOUT,
+    Keys,
+    MiniSSHServer,
+    _Handler,
+    keys,
+    known_hosts_entry,
+    no_thread_left,
+)
+
+SPEC = Path(__file__).resolve().parents[2] / "examples" / "lab.yaml"
+
+
+class Recorder:
+    """A transport that records what it is asked to run and answers from a table (pure logic only)."""
+
+    def __init__(self, answers: dict[str, str] | None = None) -> None:
+        self.ran: list[tuple[list[str], str | None, bool]] = []
+        self.answers = answers or {}
+
+    def run(self, argv: Sequence[str], *, timeout: float = 30.0, check: bool = True, input: str | None = None,
+            env: object = None, privileged: bool = True) -> CommandResult:  # fmt: skip
+        self.ran.append((list(argv), input, privileged))
+        return CommandResult(list(argv), 0, self.answers.get(argv[-1], ""), "")
+
+
+def host(name: str = "gpu1", **extra: object) -> InventoryHost:
+    return InventoryHost(name=name, address="10.77.1.10", **extra)  # type: ignore[arg-type]
+
+
+def test_a_node_runs_exactly_what_it_renders() -> None:
+    recorder = Recorder()
+    node = SshNode(host(become=True, firewall="nftables"), recorder, gpus=8)  # type: ignore[arg-type]
+    op = FilterOp(host="gpu1", chain="HAO-PART", rules=(FilterRule(hook="input", source="10.77.1.11"),))
+    (line,) = node.render(op)
+    assert line.startswith("ssh root@10.77.1.10: sudo -n -- nft -f - <<'EOF'\ntable inet ha_ops_chaos {")
+    node.apply(op)
+    (argv, given, _), = recorder.ran  # fmt: skip
+    assert argv == ["nft", "-f", "-"] and given is not None and "ip saddr 10.77.1.11 drop" in given
+    node.apply(ServiceOp(host="gpu1", unit="slurmd", action="freeze"))
+    assert recorder.ran[-1][0] == ["systemctl", "kill", "--signal=SIGSTOP", "slurmd"]
+
+
+def test_what_a_node_lacks_is_refused_before_anything_runs() -> None:
+    recorder = Recorder()
+    node = SshNode(host(), recorder, gpus=8)  # type: ignore[arg-type]
+    assert node.capabilities == {"services", "links", "filters", "qdisc"}
+    for op in (PowerOp(host="gpu1", action="off"), GpuOp(host="gpu1", fault="xid", gpu=0)):
+        with pytest.raises(CapabilityMissing) as info:
+            node.apply(op)
+        assert info.value.exit_code == 2
+        with pytest.raises(CapabilityMissing):
+            node.render(op)
+    bmc = BmcConfig(kind="ipmi", address="10.9.0.1", user="admin", password_env="X")
+    powered = SshNode(host(bmc=bmc), recorder, gpus=8)  # type: ignore[arg-type]
+    assert "power" in powered.capabilities
+    with pytest.raises(CapabilityMissing, match="permanent"):
+        powered.apply(PowerOp(host="gpu1", action="off", permanent=True))
+    assert powered.render(PowerOp(host="gpu1", action="cycle"))[0].endswith("chassis power cycle")
+    assert recorder.ran == []
+
+
+def test_the_link_ha_ops_reaches_a_node_through_is_never_taken_down() -> None:
+    recorder = Recorder({'ip -o route get "${SSH_CONNECTION%% *}"': "10.0.0.1 dev mgmt0 src 10.77.9.10 uid 0"})
+    node = SshNode(host(become=True), recorder, gpus=0)  # type: ignore[arg-type]
+    with pytest.raises(HaOpsError, match="refusing to take gpu1 mgmt0 down"):
+        node.apply(LinkOp(host="gpu1", interface="mgmt0", up=False))
+    assert recorder.ran[-1][2] is False  # asked as the login user: sudo would drop SSH_CONNECTION
+    node.apply(LinkOp(host="gpu1", interface="eth0", up=False))
+    assert recorder.ran[-1][0] == ["ip", "link", "set", "dev", "eth0", "down"]
+
+
+def test_targets_are_the_inventory_hosts_only(tmp_path: Path) -> None:
+    inventory = Inventory(source=tmp_path / "hosts.yml", hosts={"gpu1": host(), "ctl1": host("ctl1")})
+    cluster = SshCluster(load_spec(SPEC), inventory, journal_dir=tmp_path)
+    assert cluster.hosts() == ["gpu1", "ctl1"]
+    with pytest.raises(SpecError, match="'gpu3' is not a host of this inventory"):
+        cluster.node("gpu3")
+    with pytest.raises(SpecError, match="'mon1' is not a host of this inventory"):
+        cluster.http("prometheus", "/-/ready")
+    assert state_dir("lab").parts[-3:] == ("ha-ops", "clusters", "lab")
+
+
+# --- HTTP through the SSH session ------------------------------------------------------------------------------
+class _TunnelHandler(_Handler):
+    def check_channel_request(self, kind: str, chanid: int) -> int:
+        return (
+            paramiko.OPEN_SUCCEEDED
+            if kind in ("session", "direct-tcpip")
+            else super().check_channel_request(kind, chanid)
+        )
+
+    def check_channel_direct_tcpip_request(self, chanid: int, origin: tuple, destination: tuple) -> int:
+        self.log.append(f"direct-tcpip {destination[0]}:{destination[1]}")
+        self.requests.put((chanid, destination))
+        return paramiko.OPEN_SUCCEEDED
+
+
+class TunnelSSHServer(MiniSSHServer):
+    """The mini server, also forwarding direct-tcpip channels (one request each) to where they ask."""
+
+    def _serve_connection(self, conn: socket.socket) -> None:
+        conn.settimeout(None)
+        transport = paramiko.Transport(conn)
+        try:
+            transport.add_server_key(self.host_key)
+            requests: queue.Queue = queue.Queue()
+            try:
+                transport.start_server(server=_TunnelHandler(self.client_key, self.log, requests))
+            except (paramiko.SSHException, EOFError, OSError):
+                return
+            while transport.is_active() and not self._stop.is_set():
+                try:
+                    chanid, destination = requests.get(timeout=0.05)
+                except queue.Empty:
+                    continue
+                channel = transport.accept(STEP_TIMEOUT)
+                assert channel is not None and channel.get_id() == chanid
+                channel.settimeout(STEP_TIMEOUT)
+                with socket.create_connection(destination, timeout=STEP_TIMEOUT) as upstream:
+                    data = b""
+                    while b"\r\n\r\n" not in data:
+                        data += channel.recv(4096)
+                    upstream.sendall(data)
+                    while chunk := upstream.recv(4096):
+                        channel.sendall(chunk)
+                channel.close()
+        finally:
+            transport.close()
+            conn.close()
+
+
+class _Ready(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        body = f"ready at {self.path}".encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        return None
+
+
+@pytest.fixture
+def service() -> Iterator[int]:
+    server = http.server.HTTPServer(("127.0.0.1", 0), _Ready)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, name="svc", daemon=True)
+    thread.start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(STEP_TIMEOUT)
+
+
+def test_http_to_a_service_goes_through_its_hosts_ssh_session(tmp_path: Path, keys: Keys, service: int) -> None:  # noqa: F811
+    sshd = TunnelSSHServer(keys.host, keys.client)
+    try:
+        known = tmp_path / "known_hosts"
+        known.write_text(known_hosts_entry(sshd.port, keys.host))
+        mon = InventoryHost(name="mon1", address="127.0.0.1", port=sshd.port, key_file=keys.client_file,
+                            known_hosts=known)  # fmt: skip
+        spec = load_spec(SPEC)
+        spec = spec.model_copy(update={"monitoring": spec.monitoring.model_copy(update={"prometheus_port": service})})
+        cluster = SshCluster(spec, Inventory(source=tmp_path / "hosts.yml", hosts={"mon1": mon}), journal_dir=tmp_path)
+        # Prometheus listens on mon1's own address; mon1 is this machine here, so that address is 127.0.0.1.
+        nodes = [replace(n, address=IPv4Address("127.0.0.1")) if n.name == "mon1" else n for n in cluster.layout.nodes]
+        cluster.layout = replace(cluster.layout, nodes=nodes)
+        status, body = cluster.http("prometheus", "/api/v1/status/buildinfo")
+        assert status == 200 and body == b"ready at /api/v1/status/buildinfo"
+        assert f"direct-tcpip 127.0.0.1:{service}" in sshd.log, sshd.log
+        cluster.close()
+    finally:
+        sshd.close()
