@@ -1,6 +1,7 @@
-"""The fault journal: every fault an action injects is recorded with its rollback *before* it is injected, in the
-lab's folder. Rollbacks run when the experiment ends, on Ctrl-C, and from `ha-ops chaos cleanup` after a run that
-was killed, so no fault outlives its experiment."""
+"""The fault journal: every fault an action injects is recorded with the operations that undo it *before* it is
+injected, in the cluster's journal folder on the operator's machine (the lab's own folder for the lab). Rollbacks
+run when the experiment ends, on Ctrl-C, and from `ha-ops chaos cleanup` after a run that was killed, so no fault
+outlives its experiment; a host that cannot be reached keeps its entry until a later cleanup reaches it."""
 
 from __future__ import annotations
 
@@ -14,15 +15,22 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from ha_ops.errors import LabError
-from ha_ops.lab.cluster import Lab
+from ha_ops.cluster.base import Cluster
+from ha_ops.cluster.ops import OPS, Op
+from ha_ops.errors import CommandFailed, HaOpsError, TransportError
 from ha_ops.util.atomic import write_atomic
 
 log = logging.getLogger(__name__)
 
-# The blast radius: how many faults may be active at once in a lab (all runs together, from the journal). A run
+# The blast radius: how many faults may be active at once in a cluster (all runs together, from the journal). A run
 # sets it from its plan or `--max-faults`; an action that would exceed it fails before it injects anything.
 _max_active = 1
+
+
+class FaultRefused(HaOpsError):
+    """A fault that may not go in (beyond the limit, outside the cluster): refused before anything is journaled."""
+
+    exit_code = 2
 
 
 @contextmanager
@@ -35,66 +43,104 @@ def limit(max_active: int) -> Iterator[None]:
         _max_active = before
 
 
-def journal_path(lab: Lab) -> Path:
-    return lab.paths.root / "chaos-faults.json"
+def journal_path(cluster: Cluster) -> Path:
+    return cluster.journal_dir / "chaos-faults.json"
 
 
 @contextmanager
-def _locked(lab: Lab) -> Iterator[list[dict[str, Any]]]:
-    path = journal_path(lab)
+def _locked(cluster: Cluster) -> Iterator[list[dict[str, Any]]]:
+    path = journal_path(cluster)
+    path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(f"{path}.lock", os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
-        faults = json.loads(path.read_text()) if path.exists() else []
-        yield faults
-        write_atomic(path, json.dumps(faults, indent=1))
+        entries = json.loads(path.read_text()) if path.exists() else []
+        yield entries
+        write_atomic(path, json.dumps(entries, indent=1))
     finally:
         fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)
 
 
-def record(lab: Lab, key: str, rollback: str, group: str | None = None, **arguments: Any) -> None:
-    """Remember that fault `key` is active and how to undo it (a function of ha_ops.chaos.rollbacks). Entries with
-    the same `group` are one fault (a partition filters on every node of both sides). Refused (LabError) when the
-    fault would exceed the limit on concurrent faults."""
-    with _locked(lab) as faults:
-        if any(f["key"] == key for f in faults):
-            return
-        groups = {f.get("group") or f["key"] for f in faults}
-        if (group or key) not in groups and len(groups) >= _max_active:
-            raise LabError(
-                f"refusing fault {key}: {len(groups)} fault(s) already active ({', '.join(sorted(groups))}) and the "
-                f"limit is {_max_active} at once (max_concurrent_faults / --max-faults)"
-            )
-        entry = {"key": key, "rollback": rollback, "arguments": arguments, "at": time.time()}
-        faults.append({**entry, "group": group} if group else entry)
+def _check_targets(cluster: Cluster, ops: list[Op]) -> None:
+    """Every operation's host is the cluster's and can do it (CapabilityMissing otherwise): checked on the plan,
+    before anything is journaled, so a bad target changes nothing."""
+    for op in ops:
+        cluster.node(op.host).render(op)
 
 
-def forget(lab: Lab, key: str) -> None:
+def inject(
+    cluster: Cluster, key: str, faults: list[Op], undo: list[Op], group: str | None = None, after: str | None = None
+) -> None:
+    """Journal fault `key` with the operations that undo it (and `after`, a function of ha_ops.chaos.rollbacks run
+    once they ran), then carry out its operations. Entries with the same `group` are one fault (a partition filters
+    on every node of both sides). Refused, before anything is journaled or injected, when a target is not the
+    cluster's or lacks the capability, or when the fault would exceed the limit on concurrent faults."""
+    _check_targets(cluster, faults + undo)
+    if hasattr(cluster, "note_undo"):
+        cluster.note_undo(undo)  # a dry run: what the undo would run is shown beside the fault
+    with _locked(cluster) as entries:
+        if not any(e["key"] == key for e in entries):
+            groups = {e.get("group") or e["key"] for e in entries}
+            if (group or key) not in groups and len(groups) >= _max_active:
+                raise FaultRefused(
+                    f"refusing fault {key}: {len(groups)} fault(s) already active ({', '.join(sorted(groups))}) and "
+                    f"the limit is {_max_active} at once (max_concurrent_faults / --max-faults)"
+                )
+            entry: dict[str, Any] = {"key": key, "undo": json.loads(OPS.dump_json(undo)), "at": time.time()}
+            entries.append(entry | ({"group": group} if group else {}) | ({"after": after} if after else {}))
+    for op in faults:
+        cluster.node(op.host).apply(op)
+
+
+def forget(cluster: Cluster, key: str) -> None:
     """Forget fault `key` (a key ending in ':*' forgets every fault that starts with what precedes it)."""
-    with _locked(lab) as faults:
+    with _locked(cluster) as entries:
         if key.endswith(":*"):
-            faults[:] = [f for f in faults if not f["key"].startswith(key[:-1])]
+            entries[:] = [e for e in entries if not e["key"].startswith(key[:-1])]
         else:
-            faults[:] = [f for f in faults if f["key"] != key]
+            entries[:] = [e for e in entries if e["key"] != key]
 
 
-def active(lab: Lab) -> list[dict[str, Any]]:
-    path = journal_path(lab)
+def active(cluster: Cluster) -> list[dict[str, Any]]:
+    path = journal_path(cluster)
     return json.loads(path.read_text()) if path.exists() else []
 
 
-def cleanup(lab: Lab) -> list[str]:
-    """Undo every recorded fault, newest first. Returns what was undone; a failing rollback is reported, not fatal."""
+def undo_ops(entry: dict[str, Any]) -> list[Op]:
+    return OPS.validate_python(entry.get("undo", []))
+
+
+def plan_cleanup(cluster: Cluster) -> list[tuple[str, str, list[str]]]:
+    """What cleanup would run, newest fault first: (fault, host, the lines its node renders)."""
+    return [
+        (e["key"], op.host, cluster.node(op.host).render(op)) for e in reversed(active(cluster)) for op in undo_ops(e)
+    ]
+
+
+def cleanup(cluster: Cluster) -> list[str]:
+    """Undo every recorded fault, newest first. Returns what was undone. A rollback that fails is reported and
+    forgotten; one whose host cannot be reached is reported and kept, for a cleanup once it answers again."""
     from ha_ops.chaos import rollbacks
 
     undone = []
-    for fault in reversed(active(lab)):
+    for entry in reversed(active(cluster)):
+        key = entry["key"]
         try:
-            getattr(rollbacks, fault["rollback"])(lab, **fault["arguments"])
-            undone.append(fault["key"])
-        except (LabError, OSError, ValueError) as exc:
-            log.error("rollback of %s failed: %s", fault["key"], exc)
-            undone.append(f"{fault['key']} (rollback failed: {exc})")
-        forget(lab, fault["key"])
+            for op in undo_ops(entry):
+                cluster.node(op.host).apply(op)
+            if entry.get("after"):
+                getattr(rollbacks, entry["after"])(cluster)
+            undone.append(key)
+        except CommandFailed as exc:
+            log.error("rollback of %s failed: %s", key, exc)
+            undone.append(f"{key} (rollback failed: {exc})")
+        except TransportError as exc:
+            log.error("rollback of %s: a host cannot be reached; kept for the next cleanup: %s", key, exc)
+            undone.append(f"{key} (kept: {exc})")
+            continue
+        except (HaOpsError, OSError, ValueError) as exc:
+            log.error("rollback of %s failed: %s", key, exc)
+            undone.append(f"{key} (rollback failed: {exc})")
+        forget(cluster, key)
     return undone

@@ -1,4 +1,4 @@
-"""Game days: a plan of chaos experiments run one after another against the lab, each measured for time to detect
+"""Game days: a plan of chaos experiments run one after another against a cluster, each measured for time to detect
 (its detection condition first holds) and time to recover (its recovery condition holds again), under blast-radius
 limits and abort conditions checked continuously, with a workload of jobs accounted after each fault. The plan is
 ha_ops.chaos.plan, the reports ha_ops.chaos.report.
@@ -12,9 +12,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ha_ops.chaos import faults, hold, runner, workload
+from ha_ops.chaos import faults, hold, runner, target, workload
 from ha_ops.chaos.plan import GameDayPlan, PlannedFault, all_hold, baselines_of
-from ha_ops.lab.cluster import Lab
+from ha_ops.cluster.base import Cluster
+from ha_ops.errors import SpecError
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +46,8 @@ class FaultResult:
 
 
 def _watch(
-    handle: Lab,
+    cluster: Cluster,
+    configuration: dict[str, Any],
     fault: PlannedFault,
     result: FaultResult,
     stop: threading.Event,
@@ -53,36 +55,39 @@ def _watch(
     aborted: list[str],
     baselines: tuple[dict[int, Any], dict[int, Any]],
 ) -> None:
-    lab = handle.spec.name
     while not stop.is_set():
-        active = faults.active(handle) if result.injected_at is None else []
+        active = faults.active(cluster) if result.injected_at is None else []
         if active:
             # The journal records when the fault went in: detection is measured from there, not from this poll.
             result.injected_at = min(float(f.get("at", time.time())) for f in active)
             result.timeline.append((result.injected_at, "fault injected"))
-        if result.injected_at is not None and result.detected_at is None and all_hold(fault.detect, lab, baselines[0]):
+        if (
+            result.injected_at is not None
+            and result.detected_at is None
+            and all_hold(fault.detect, configuration, baselines[0])
+        ):
             result.detected_at = time.time()
             result.timeline.append((result.detected_at, "detected"))
         if (
             result.detected_at is not None
             and result.recovered_at is None
-            and all_hold(fault.recover, lab, baselines[1])
+            and all_hold(fault.recover, configuration, baselines[1])
         ):
             result.recovered_at = time.time()
             result.timeline.append((result.recovered_at, "recovered"))
             hold.end_early()  # the recovery came while the fault is in: holding it longer judges nothing more
         for condition in plan.abort_when:
-            if condition.holds(lab):
+            if condition.holds(configuration):
                 aborted.append(f"abort condition {condition.describe()} holds")
                 stop.set()
         stop.wait(0.2)
 
 
-def _settle(plan: GameDayPlan, lab: Lab) -> str:
+def _settle(plan: GameDayPlan, configuration: dict[str, Any]) -> str:
     """Wait for the plan's steady state; '' once it holds, else what does not hold."""
     deadline = time.time() + plan.settle_timeout_s
     while True:
-        failing = [c.describe() for c in plan.steady if not c.holds(lab.spec.name)]
+        failing = [c.describe() for c in plan.steady if not c.holds(configuration)]
         if not failing:
             return ""
         if time.time() >= deadline:
@@ -90,34 +95,36 @@ def _settle(plan: GameDayPlan, lab: Lab) -> str:
         time.sleep(0.5)
 
 
-def run_fault(plan: GameDayPlan, fault: PlannedFault, lab: Lab) -> FaultResult:
+def run_fault(plan: GameDayPlan, fault: PlannedFault, cluster: Cluster, configuration: dict[str, str]) -> FaultResult:
     result = FaultResult(fault.name, started_at=time.time())
     result.timeline.append((result.started_at, "started"))
-    experiment = runner.load_experiment(fault.experiment, lab.spec.name, fault.vars)
-    unsettled = _settle(plan, lab)
+    experiment = runner.load_experiment(fault.experiment, configuration, fault.vars)
+    unsettled = _settle(plan, configuration)
     if unsettled:
         result.ended_at = time.time()
         result.why = f"the steady state did not return before the fault ({unsettled})"
         return result
     result.timeline.append((time.time(), "steady"))
-    baselines = (baselines_of(fault.detect, lab.spec.name), baselines_of(fault.recover, lab.spec.name))
+    baselines = (baselines_of(fault.detect, configuration), baselines_of(fault.recover, configuration))
     jobs: list[str] = []
-    job_dir = lab.paths.shared / "gameday" / f"{int(result.started_at)}-{_slug(fault.name)}"
+    job_dir = f"{_shared_dir(cluster)}/gameday/{int(result.started_at)}-{_slug(fault.name)}"
     if plan.workload and plan.workload.jobs:
-        jobs = workload.submit(lab, job_dir, plan.workload)
-        running = workload.wait_running(lab, jobs)
+        jobs = workload.submit(cluster, job_dir, plan.workload)
+        running = workload.wait_running(cluster, jobs)
         result.timeline.append(
             (time.time(), f"{len(jobs)} jobs {'running' if running else 'submitted, not all running'}")
         )
     stop, aborted = threading.Event(), []
-    watcher = threading.Thread(target=_watch, args=(lab, fault, result, stop, plan, aborted, baselines), daemon=True)
+    watcher = threading.Thread(
+        target=_watch, args=(cluster, configuration, fault, result, stop, plan, aborted, baselines), daemon=True
+    )
     watcher.start()
     try:
         # The fault is undone here, not by the experiment's own rollbacks: recovery can then be told from rollback.
         with hold.endable():
-            journal = runner.run(experiment, lab, roll_back=False)
+            journal = runner.run(experiment, cluster, roll_back=False)
         result.rolled_back_at = time.time()
-        faults.cleanup(lab)
+        faults.cleanup(cluster)
         result.timeline.append((result.rolled_back_at, "fault rolled back"))
         result.experiment_status, result.deviated = journal.get("status", ""), journal.get("deviated")
         deadline = result.started_at + fault.timeout_s
@@ -126,15 +133,23 @@ def run_fault(plan: GameDayPlan, fault: PlannedFault, lab: Lab) -> FaultResult:
     finally:
         stop.set()
         watcher.join(30)  # a probe may be mid-call (a job submitted to a hung controller)
-        faults.cleanup(lab)
+        faults.cleanup(cluster)
     if jobs and plan.workload:
-        account = workload.account(lab, job_dir, jobs, plan.workload.finish_within_s)
+        account = workload.account(cluster, job_dir, jobs, plan.workload.finish_within_s)
         result.jobs = account.to_dict()
         result.timeline.append((time.time(), "jobs accounted"))
     result.ended_at = time.time()
     result.timeline.append((result.ended_at, "ended"))
     _judge(result, fault, aborted)
     return result
+
+
+def _shared_dir(cluster: Cluster) -> str:
+    shared = getattr(cluster, "shared_dir", None)
+    if shared is None:
+        raise SpecError(cluster.name, ["ha_ops_shared_dir: a game day's workload needs a folder every GPU node sees "
+                                       "(set it in the inventory, or run the plan without a workload)"])  # fmt: skip
+    return str(shared)
 
 
 def _slug(name: str) -> str:
@@ -165,15 +180,20 @@ def _judge(result: FaultResult, fault: PlannedFault, aborted: list[str]) -> None
 
 
 def run_gameday(
-    plan: GameDayPlan, lab: Lab, progress: Any = None, confirm_production: bool = False
+    plan: GameDayPlan,
+    cluster: Cluster,
+    configuration: dict[str, str],
+    progress: Any = None,
+    confirm_production: bool = False,
 ) -> list[FaultResult]:
-    runner.guard_production(lab, confirm_production)
+    """Run the plan against `cluster`, which `configuration` (ha_ops.chaos.target.configuration_for) names."""
+    runner.guard_production(cluster, confirm_production)
     results = []
-    with faults.limit(plan.limits.max_concurrent_faults):
+    with faults.limit(plan.limits.max_concurrent_faults), target.using(cluster, configuration):
         for i, fault in enumerate(plan.faults):
             if progress:
                 progress(f"[{i + 1}/{len(plan.faults)}] {fault.name}")
-            result = run_fault(plan, fault, lab)
+            result = run_fault(plan, fault, cluster, configuration)
             results.append(result)
             if progress:
                 ttd, ttr = result.time_to_detect, result.time_to_recover

@@ -39,13 +39,13 @@ class Condition(ConfigModel):
             raise ValueError(f"{probe!r} is not one of {', '.join(probes.__all__)}")
         return probe
 
-    def value(self, lab: str) -> Any:
-        value = getattr(probes, self.probe)(**self.arguments, lab=lab)
+    def value(self, configuration: dict[str, Any]) -> Any:
+        value = getattr(probes, self.probe)(**self.arguments, configuration=configuration)
         return value[self.key] if self.key is not None else value
 
-    def holds(self, lab: str, baseline: Any = UNSET) -> bool:
+    def holds(self, configuration: dict[str, Any], baseline: Any = UNSET) -> bool:
         try:
-            value = self.value(lab)
+            value = self.value(configuration)
         except Exception as exc:  # a probe that cannot answer is "not yet"
             log.debug("probe %s: %s", self.probe, exc)
             return False
@@ -67,17 +67,19 @@ def _as_list(value: Any) -> Any:
 Conditions = Annotated[list[Condition], BeforeValidator(_as_list), Field(min_length=1)]
 
 
-def all_hold(conditions: list[Condition], lab: str, baselines: dict[int, Any] | None = None) -> bool:
-    return all(c.holds(lab, (baselines or {}).get(i, UNSET)) for i, c in enumerate(conditions))
+def all_hold(
+    conditions: list[Condition], configuration: dict[str, Any], baselines: dict[int, Any] | None = None
+) -> bool:
+    return all(c.holds(configuration, (baselines or {}).get(i, UNSET)) for i, c in enumerate(conditions))
 
 
-def baselines_of(conditions: list[Condition], lab: str) -> dict[int, Any]:
+def baselines_of(conditions: list[Condition], configuration: dict[str, Any]) -> dict[int, Any]:
     """The values before the fault, for the conditions that wait for a change."""
     found = {}
     for i, c in enumerate(conditions):
         if c.changed:
             try:
-                found[i] = c.value(lab)
+                found[i] = c.value(configuration)
             except Exception as exc:
                 log.warning("no value before the fault for %s: %s", c.describe(), exc)
     return found
@@ -101,7 +103,7 @@ class Limits(ConfigModel):
 
 class GameDayPlan(ConfigModel):
     name: str
-    lab: str = "lab"
+    lab: str = Field("lab", description="The lab it runs in when neither --target nor --inventory names a cluster.")
     limits: Limits = Limits()
     abort_when: list[Condition] = Field(default_factory=list, description="Stop the game day if any holds.")
     steady: list[Condition] = Field(

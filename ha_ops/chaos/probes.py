@@ -1,19 +1,21 @@
-"""Chaos Toolkit probes: what the steady state and the recovery are judged by. Use them as
-`{"type": "probe", "provider": {"type": "python", "module": "ha_ops.chaos.probes", "func": NAME, ...},
-"tolerance": ...}`."""
+"""Chaos Toolkit probes: what the steady state and the recovery are judged by, read from the cluster the
+experiment's configuration names (ha_ops.chaos.target). Use them as `{"type": "probe", "provider": {"type":
+"python", "module": "ha_ops.chaos.probes", "func": NAME, ...}, "tolerance": ...}`.
+
+Slurm is asked from a GPU node (what users' jobs see); Prometheus, Alertmanager, the agents and the remediation
+controllers over HTTP (through the service host's SSH session on a real cluster, ha_ops.cluster.ssh)."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from ha_ops.errors import CommandTimeout, WaitTimeout
-from ha_ops.lab import monitoring
-from ha_ops.lab.cluster import Lab
-from ha_ops.lab.http import http_get
+from ha_ops.chaos import target
+from ha_ops.chaos.actions import Configuration, lab_extension
+from ha_ops.cluster.base import Cluster
+from ha_ops.errors import CommandTimeout, HaOpsError, TransportError, WaitTimeout
 from ha_ops.util.wait import wait_for
 
 __all__ = [
@@ -43,73 +45,96 @@ __all__ = [
     "storage_healthy",
 ]
 
-
-def _lab(name: str) -> Lab:
-    return Lab.from_state(name)
+IN_SERVICE = ("idle", "allocated", "mixed")
 
 
-def _client(handle: Lab) -> str:
-    return handle.ctx.layout.nodes_with_role("gpu")[0].name
+def _cluster(configuration: Configuration) -> Cluster:
+    return target.cluster(configuration)
 
 
-def _partition(handle: Lab) -> str:
-    return handle.spec.schedulers.slurm.partition if handle.spec.schedulers.slurm else "gpu"
+def client(cluster: Cluster) -> str:
+    """Where Slurm's client commands run: a GPU node, as a user's job would."""
+    return cluster.layout.nodes_with_role("gpu")[0].name
 
 
-def slurm_controller_responds(lab: str = "lab") -> bool:
+def _partition(cluster: Cluster) -> str:
+    return cluster.spec.schedulers.slurm.partition if cluster.spec.schedulers.slurm else "gpu"
+
+
+def _sinfo(cluster: Cluster, *argv: str) -> str | None:
+    out = cluster.node(client(cluster)).run(["sinfo", "-h", *argv], check=False, timeout=15)
+    return out.stdout if out.ok else None
+
+
+def slurm_controller_responds(configuration: Configuration = None) -> bool:
     """True when some slurmctld answers clients (sinfo succeeds within its timeout)."""
-    handle = _lab(lab)
-    return handle.node(_client(handle)).run(["sinfo", "-h"], check=False, timeout=15).ok
+    return _sinfo(_cluster(configuration)) is not None
 
 
-def slurm_controller_status(host: str, lab: str = "lab") -> str:
+def slurm_controller_status(host: str, configuration: Configuration = None) -> str:
     """UP or DOWN: whether `host`'s slurmctld answers, as `scontrol ping` reports it (UNKNOWN if not listed)."""
     try:
-        return _lab(lab).slurm_controllers().get(host, "UNKNOWN")
-    except CommandTimeout:
+        return dict(_cluster(configuration).slurm().controllers()).get(host, "UNKNOWN")
+    except (CommandTimeout, TransportError):
         return "UNKNOWN"
 
 
-def job_runs(timeout_s: float = 20.0, lab: str = "lab") -> bool:
+def job_runs(timeout_s: float = 20.0, configuration: Configuration = None) -> bool:
     """True when a one-node job submitted now runs to completion within `timeout_s`: the scheduler really works."""
-    handle = _lab(lab)
-    argv = ["srun", "-p", _partition(handle), "-N", "1", "-t", "1", "-J", "ha-ops-probe", "true"]
+    cluster = _cluster(configuration)
+    argv = ["srun", "-p", _partition(cluster), "-N", "1", "-t", "1", "-J", "ha-ops-probe", "true"]
     try:
-        return handle.node(_client(handle)).run(argv, check=False, timeout=timeout_s).ok
+        return cluster.node(client(cluster)).run(argv, check=False, timeout=timeout_s).ok
     except CommandTimeout:
         return False
 
 
-def gpu_capacity_in_service(lab: str = "lab") -> bool:
+def _node_states(cluster: Cluster) -> dict[str, str] | None:
+    out = _sinfo(cluster, "-N", "-p", _partition(cluster), "-o", "%N|%T")
+    return None if out is None else dict(line.split("|", 1) for line in out.split() if "|" in line)
+
+
+def gpu_capacity_in_service(configuration: Configuration = None) -> bool:
     """True when the main partition has at least as many nodes in service (idle, allocated, mixed) as the pools
     have non-spare nodes: capacity holds, with spares standing in for nodes that are out."""
-    handle = _lab(lab)
-    wanted = sum(1 for n in handle.ctx.layout.nodes_with_role("gpu") if not n.spare)
-    argv = ["sinfo", "-h", "-N", "-p", _partition(handle), "-o", "%N|%T"]
-    out = handle.node(_client(handle)).run(argv, check=False, timeout=15)
-    states = dict(line.split("|", 1) for line in out.stdout.split() if "|" in line) if out.ok else {}
-    return sum(1 for s in states.values() if s in ("idle", "allocated", "mixed")) >= wanted
+    cluster = _cluster(configuration)
+    wanted = sum(1 for n in cluster.layout.nodes_with_role("gpu") if not n.spare)
+    states = _node_states(cluster) or {}
+    return sum(1 for s in states.values() if s in IN_SERVICE) >= wanted
 
 
-def slurm_node_state(node: str, lab: str = "lab") -> str:
+def slurm_node_state(node: str, configuration: Configuration = None) -> str:
     """The node's state as Slurm reports it, lower case (idle, allocated, drained, down*, ...)."""
-    handle = _lab(lab)
-    out = handle.node(_client(handle)).run(["sinfo", "-h", "-N", "-n", node, "-o", "%T"], check=False, timeout=15)
-    return out.stdout.strip().splitlines()[0] if out.ok and out.stdout.strip() else "unknown"
+    out = _sinfo(_cluster(configuration), "-N", "-n", node, "-o", "%T")
+    return out.strip().splitlines()[0] if out and out.strip() else "unknown"
 
 
-def slurm_nodes_in_service(lab: str = "lab", within_s: float = 0.0) -> bool:
+def _slurm_problems(cluster: Cluster) -> list[str]:
+    states = _node_states(cluster)
+    if states is None:
+        return ["no Slurm controller answers"]
+    problems = []
+    for node in cluster.layout.nodes_with_role("gpu"):
+        state = states.get(node.name)
+        if state is None:
+            problems.append(f"{node.name}: not in sinfo")
+        elif state not in (*IN_SERVICE, "completing"):
+            problems.append(f"{node.name}: {state}")
+    return problems
+
+
+def slurm_nodes_in_service(within_s: float = 0.0, configuration: Configuration = None) -> bool:
     """True when every GPU node is idle, allocated or mixed (none drained, down or not responding). With `within_s`,
     polls until that holds or the time is up: "the fleet is whole again within N s" as a steady-state probe, instead
     of a fixed pause before an instant check that fails whenever recovery takes a little longer than the pause."""
-    handle = _lab(lab)
-    return _within(within_s, lambda: not handle.slurm_problems())
+    cluster = _cluster(configuration)
+    return _within(within_s, lambda: not _slurm_problems(cluster))
 
 
-def job_state(job_id: str, lab: str = "lab") -> str:
+def job_state(job_id: str, configuration: Configuration = None) -> str:
     """A job's state (PENDING, RUNNING, COMPLETED, ...), from squeue or, once finished, scontrol."""
-    handle = _lab(lab)
-    node = handle.node(_client(handle))
+    cluster = _cluster(configuration)
+    node = cluster.node(client(cluster))
     out = node.run(["squeue", "-h", "-j", job_id, "-o", "%T"], check=False, timeout=15).stdout.strip()
     if out:
         return out
@@ -117,29 +142,26 @@ def job_state(job_id: str, lab: str = "lab") -> str:
     return next((t.split("=", 1)[1] for t in shown.split() if t.startswith("JobState=")), "UNKNOWN")
 
 
-def job_ran_exactly_once(marker_dir: str, lab: str = "lab") -> bool:
-    """True when the job that writes markers to `marker_dir` completed exactly once (one line in `done`).
+def job_ran_exactly_once(marker_dir: str, configuration: Configuration = None) -> bool:
+    """True when the job that writes markers to `marker_dir` (on the cluster's shared storage) completed exactly
+    once (one line in `done`). The job contract: a line in `started` when it starts and in `done` when it ends."""
+    cluster = _cluster(configuration)
+    out = cluster.node(client(cluster)).run(["cat", f"{marker_dir}/done"], check=False, timeout=15)
+    return out.ok and len([ln for ln in out.stdout.splitlines() if ln.strip()]) == 1
 
-    The job contract: append a line to `started` when it starts and to `done` when it finishes.
-    """
-    done = Path(marker_dir) / "done"
-    return done.exists() and len([ln for ln in done.read_text().splitlines() if ln.strip()]) == 1
 
-
-def reachable(source: str, target: str, lab: str = "lab") -> bool:
+def reachable(source: str, target: str, configuration: Configuration = None) -> bool:
     """True when `source` can ping `target` across the fabric."""
-    handle = _lab(lab)
-    address = str(handle.ctx.layout.node(target).address)
-    return handle.node(source).run(["ping", "-c", "1", "-W", "1", address], check=False, timeout=5).ok
+    cluster = _cluster(configuration)
+    address = str(cluster.layout.node(target).address)
+    return cluster.node(source).run(["ping", "-c", "1", "-W", "1", address], check=False, timeout=5).ok
 
 
-def ecmp_paths(node: str, target: str, lab: str = "lab") -> int:
+def ecmp_paths(node: str, target: str, configuration: Configuration = None) -> int:
     """How many next hops `node` (a leaf) has in its most specific kernel route to `target`: the spines in use."""
-    from ha_ops.chaos.rollbacks import in_netns
-
-    handle = _lab(lab)
-    address = str(handle.ctx.layout.node(target).address)
-    out = in_netns(handle, node, "ip", "-j", "-4", "route", "show", "match", address, check=False)
+    cluster = _cluster(configuration)
+    address = str(cluster.layout.node(target).address)
+    out = cluster.node(node).run(["ip", "-j", "-4", "route", "show", "match", address], check=False, timeout=10)
     routes = [r for r in (json.loads(out.stdout or "[]") if out.ok else []) if r.get("type", "unicast") == "unicast"]
     if not routes:
         return 0
@@ -152,41 +174,39 @@ def ecmp_paths(node: str, target: str, lab: str = "lab") -> int:
     return len(best.get("nexthops", [])) or 1
 
 
-def prometheus_query(query: str, lab: str = "lab") -> list[dict[str, Any]]:
-    """The instant vector of a PromQL query: [{"metric": {...}, "value": float}, ...]."""
-    handle = _lab(lab)
-    url = monitoring.prometheus_url(handle.ctx) + "/api/v1/query?query=" + quote(query)
-    status, body = http_get(handle.ctx.netns(handle.ctx.spec.monitoring.host.name), url, timeout=5)
+def _json(cluster: Cluster, service: Any, path: str, host: str | None = None, timeout: float = 5) -> Any:
+    status, body = cluster.http(service, path, host=host, timeout=timeout)
     if status != 200:
-        raise RuntimeError(f"Prometheus answered {status}: {body[:200]!r}")
-    return [{"metric": r["metric"], "value": float(r["value"][1])} for r in json.loads(body)["data"]["result"]]
+        raise HaOpsError(f"{service} answered {status} to {path}: {body[:200]!r}")
+    return json.loads(body)
 
 
-def alert_firing(alertname: str, lab: str = "lab") -> bool:
+def prometheus_query(query: str, configuration: Configuration = None) -> list[dict[str, Any]]:
+    """The instant vector of a PromQL query: [{"metric": {...}, "value": float}, ...]."""
+    data = _json(_cluster(configuration), "prometheus", "/api/v1/query?query=" + quote(query))
+    return [{"metric": r["metric"], "value": float(r["value"][1])} for r in data["data"]["result"]]
+
+
+def alert_firing(alertname: str, configuration: Configuration = None) -> bool:
     """True while Prometheus has the alert firing."""
-    handle = _lab(lab)
-    url = monitoring.prometheus_url(handle.ctx) + "/api/v1/alerts"
-    _, body = http_get(handle.ctx.netns(handle.ctx.spec.monitoring.host.name), url, timeout=5)
-    alerts = json.loads(body)["data"]["alerts"]
+    alerts = _json(_cluster(configuration), "prometheus", "/api/v1/alerts")["data"]["alerts"]
     return any(a["labels"].get("alertname") == alertname and a["state"] == "firing" for a in alerts)
 
 
-def alertmanager_alert_active(alertname: str, lab: str = "lab") -> bool:
+def alertmanager_alert_active(alertname: str, configuration: Configuration = None) -> bool:
     """True while Alertmanager holds the alert active (it may come from Prometheus or from the controller's watch)."""
-    handle = _lab(lab)
-    url = monitoring.alertmanager_url(handle.ctx) + "/api/v2/alerts?active=true"
-    _, body = http_get(handle.ctx.netns(handle.ctx.spec.monitoring.host.name), url, timeout=5)
-    return any(a["labels"].get("alertname") == alertname for a in json.loads(body))
+    alerts = _json(_cluster(configuration), "alertmanager", "/api/v2/alerts?active=true")
+    return any(a["labels"].get("alertname") == alertname for a in alerts)
 
 
-def agent_verdict(node: str, lab: str = "lab", wait_for: str = "", within_s: float = 0.0) -> str:
+def agent_verdict(node: str, wait_for: str = "", within_s: float = 0.0, configuration: Configuration = None) -> str:
     """The agent's current verdict for a node (healthy, degraded, unhealthy, unknown), from its metrics; with
     `wait_for`, polled until it is that verdict or `within_s` is up (the last verdict read is returned)."""
-    handle = _lab(lab)
+    cluster = _cluster(configuration)
     seen = [""]
 
     def read() -> bool:
-        seen[0] = _agent_verdict(handle, node)
+        seen[0] = _agent_verdict(cluster, node)
         return not wait_for or seen[0] == wait_for
 
     _within(within_s if wait_for else 0.0, read)
@@ -205,110 +225,105 @@ def _within(within_s: float, holds: Callable[[], bool]) -> bool:
     return True
 
 
-def _agent_verdict(handle: Lab, node: str) -> str:
-    address = handle.ctx.layout.node(node).address
-    _, body = http_get(
-        handle.ctx.netns(node), f"http://{address}:{handle.spec.monitoring.agent_port}/metrics", timeout=5
-    )
+def _agent_verdict(cluster: Cluster, node: str) -> str:
+    _, body = cluster.http("agent", "/metrics", host=node, timeout=5)
     for line in body.decode().splitlines():
         if line.startswith("ha_ops_node_health{") and line.endswith(" 1.0"):
             return line.split('state="', 1)[1].split('"', 1)[0]
     return "unknown"
 
 
-def controller_phase(node: str, lab: str = "lab") -> str:
-    """The remediation controller's phase for a node (healthy, cordoned, ..., returned), from its shared state."""
-    return _controller_state(lab).nodes[node].phase.value
+def _controllers(cluster: Cluster) -> list[str]:
+    return [n.name for n in cluster.layout.nodes_with_role("controller")]
 
 
-def _controller_state(lab: str) -> Any:
-    from ha_ops.lab.controllers import state_dir
-    from ha_ops.remediation.store import read_state
+def _healthz(cluster: Cluster, host: str) -> dict[str, Any] | None:
+    """A controller's /healthz, or None when it does not answer (dead, or frozen: skipped without waiting)."""
+    if not cluster.node(host).service_active("controller"):
+        return None
+    try:
+        return dict(_json(cluster, "controller", "/healthz", host=host, timeout=1))
+    except Exception:
+        return None
 
-    return read_state(state_dir(_lab(lab).ctx) / "state.json")
 
-
-def remediation_leader(lab: str = "lab") -> str:
+def remediation_leader(configuration: Configuration = None) -> str:
     """The controller node whose /healthz says it leads, or "none" while no controller leads."""
-    from ha_ops.lab import controllers
+    return _leader(_cluster(configuration))
 
-    handle = _lab(lab)
-    nodes = handle.ctx.layout.nodes_with_role("controller")
-    for node, url in zip(nodes, controllers.base_urls(handle.ctx), strict=False):
-        if not handle.node(node.name).is_running("controller"):
-            continue  # dead or frozen: it leads nothing, and a frozen one would only time out
-        try:
-            status, body = http_get(handle.ctx.netns(node.name), url + "/healthz", timeout=1)
-        except Exception:
-            continue
-        if status == 200 and json.loads(body).get("leader"):
-            return node.name
+
+def _leader(cluster: Cluster) -> str:
+    for host in _controllers(cluster):
+        answer = _healthz(cluster, host)
+        if answer and answer.get("leader"):
+            return host
     return "none"
 
 
-def remediation_lease_holder(lab: str = "lab") -> str:
-    """Who holds the controllers' lease on the shared storage (changes when a standby takes over)."""
-    from ha_ops.lab.controllers import state_dir
+def _controller_state(cluster: Cluster) -> Any:
+    """The leading controller's state (its /v1/state); HaOpsError while none leads."""
+    from ha_ops.remediation.model import ControllerState
 
-    path = state_dir(_lab(lab).ctx) / "lease.json"
-    return str(json.loads(path.read_text()).get("holder", "")) if path.exists() else ""
+    leader = _leader(cluster)
+    if leader == "none":
+        raise HaOpsError("no remediation controller leads: nobody to ask for its state")
+    data = _json(cluster, "controller", "/v1/state", host=leader)
+    if "state" not in data:
+        raise HaOpsError(f"the leader {leader} has no state yet")
+    return ControllerState.model_validate(data["state"])
 
 
-def monitoring_outage_seen(lab: str = "lab") -> bool:
+def controller_phase(node: str, configuration: Configuration = None) -> str:
+    """The remediation controller's phase for a node (healthy, cordoned, ..., returned), from the leader's state."""
+    return str(_controller_state(_cluster(configuration)).nodes[node].phase.value)
+
+
+def controller_took_out(node: str, configuration: Configuration = None) -> bool:
+    """True once the remediation controller has taken the node out of service (cordoned through awaiting repair)."""
+    return bool(_controller_state(_cluster(configuration)).nodes[node].phase.out_of_service)
+
+
+def remediation_lease_holder(configuration: Configuration = None) -> str:
+    """Who holds the controllers' lease, as the controllers report it (changes when a standby takes over); an error
+    while no live lease names anyone, so that "changed" means a new holder, not a lapse."""
+    cluster = _cluster(configuration)
+    for host in _controllers(cluster):
+        if _healthz(cluster, host) is None:
+            continue
+        holder = str(_json(cluster, "controller", "/v1/state", host=host, timeout=2).get("leader_name") or "")
+        if holder:
+            return holder
+    raise HaOpsError("no live lease: no controller names a holder")
+
+
+def monitoring_outage_seen(configuration: Configuration = None) -> bool:
     """True while the remediation controller's watch finds Prometheus down."""
-    return _controller_state(lab).monitoring_down_since is not None
+    return _controller_state(_cluster(configuration)).monitoring_down_since is not None
 
 
-def storage_health(lab: str = "lab") -> dict[str, Any]:
+def storage_health(configuration: Configuration = None) -> dict[str, Any]:
     """The replicated storage's health (master up, chunkservers, chunks under goal or missing, space), through the
     storage adapter; `healthy` is true when the master answers and nothing is under its replica count."""
-    from ha_ops.lab import storage_ops
-
-    health = storage_ops.moosefs(_lab(lab)).health()
-    return {**health.__dict__, "healthy": health.healthy}
+    return dict(lab_extension(_cluster(configuration), "storage probes").storage_health())
 
 
-def storage_healthy(lab: str = "lab") -> bool:
+def storage_healthy(configuration: Configuration = None) -> bool:
     """True when the storage master answers and no chunk is under its replica count or missing."""
-    return bool(storage_health(lab)["healthy"])
+    return bool(storage_health(configuration)["healthy"])
 
 
-def controller_took_out(node: str, lab: str = "lab") -> bool:
-    """True once the remediation controller has taken the node out of service (cordoned through awaiting repair)."""
-    return bool(_controller_state(lab).nodes[node].phase.out_of_service)
-
-
-def storage_data_intact(folder: str = "chaos-probe", files: int = 4, lab: str = "lab") -> bool:
+def storage_data_intact(folder: str = "chaos-probe", files: int = 4, configuration: Configuration = None) -> bool:
     """True when every probe file on the replicated storage reads back intact with every chunk at its replica count.
     The first call writes the files (so call it before the fault: a steady-state probe); later calls check them."""
-    from ha_ops.lab import storage_ops
-
-    handle = _lab(lab)
-    manifest_path = handle.paths.root / f"chaos-{folder}.json"
-    if not manifest_path.exists():
-        manifest_path.write_text(json.dumps(storage_ops.write_files(handle, files, 1, folder=folder)))
-    manifest = json.loads(manifest_path.read_text())
-    intact = not storage_ops.unreadable_files(handle, manifest)
-    return intact and not storage_ops.under_replicated(handle, list(manifest))
+    return bool(lab_extension(_cluster(configuration), "storage probes").storage_data_intact(folder, files))
 
 
-def rollout_phase(lab: str = "lab") -> str:
+def rollout_phase(configuration: Configuration = None) -> str:
     """The phase of the lab's driver rollout (planned, running, halted, completed, ...), or "none"."""
-    from ha_ops.lab import rollouts
-
-    return rollouts.rollout_state(_lab(lab)).get("phase", "none")
+    return str(lab_extension(_cluster(configuration), "driver rollouts").rollout_phase())
 
 
-def rollout_fleet_as_before(lab: str = "lab") -> bool:
+def rollout_fleet_as_before(configuration: Configuration = None) -> bool:
     """True when every GPU node runs the driver it ran before the lab's rollout touched it (by the role's fact) and
     its GPUs report that version, and no node is half-way (its GPUs disagree or are lost)."""
-    from ha_ops.lab import rollouts
-
-    handle = _lab(lab)
-    nodes = rollouts.rollout_state(handle).get("nodes", {})
-    active, reported = rollouts.active_versions(handle), rollouts.reported_versions(handle)
-    for name, version in active.items():
-        before = (nodes.get(name, {}).get("before") or {}).get("active_version")
-        if version is None or reported[name] != [version] or before not in (None, version):
-            return False
-    return True
+    return bool(lab_extension(_cluster(configuration), "driver rollouts").rollout_fleet_as_before())

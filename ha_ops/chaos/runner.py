@@ -1,4 +1,4 @@
-"""Runs one Chaos Toolkit experiment with chaostoolkit-lib against a lab, and guarantees its rollbacks."""
+"""Runs one Chaos Toolkit experiment with chaostoolkit-lib against a cluster, and guarantees its rollbacks."""
 
 from __future__ import annotations
 
@@ -9,16 +9,18 @@ from typing import Any
 
 import yaml
 
-from ha_ops.chaos import faults
+from ha_ops.chaos import faults, target
+from ha_ops.cluster.base import Cluster
 from ha_ops.errors import SpecError
-from ha_ops.lab.cluster import Lab
 
 log = logging.getLogger(__name__)
 
 
-def load_experiment(path: Path, lab: str, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Read a JSON or YAML experiment, point it at `lab` (configuration key `lab`), apply configuration
-    overrides, and validate it."""
+def load_experiment(
+    path: Path, cluster: dict[str, str] | None = None, overrides: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Read a JSON or YAML experiment, point it at a cluster (`cluster`: ha_ops.chaos.target.configuration_for's
+    entries; default the lab `lab`), apply configuration overrides, and validate it."""
     from chaoslib.exceptions import InvalidActivity, InvalidExperiment
     from chaoslib.experiment import ensure_experiment_is_valid
 
@@ -31,7 +33,9 @@ def load_experiment(path: Path, lab: str, overrides: dict[str, Any] | None = Non
         raise SpecError(str(path), ["an experiment is a mapping (title, description, method, ...)"])
     configuration = experiment.setdefault("configuration", {})
     configuration.update(overrides or {})
-    configuration["lab"] = lab
+    for key in (target.TARGET, target.INVENTORY, target.SPEC):
+        configuration.pop(key, None)
+    configuration.update(cluster or target.configuration_for())
     try:
         ensure_experiment_is_valid(experiment)
     except (InvalidExperiment, InvalidActivity) as exc:
@@ -50,16 +54,16 @@ def plan(experiment: dict[str, Any]) -> list[str]:
     return steps
 
 
-def guard_production(lab: Lab, confirmed: bool) -> None:
-    """A cluster whose spec says `production: true` takes faults only with an explicit confirmation."""
-    if lab.spec.production and not confirmed:
+def guard_production(cluster: Cluster, confirmed: bool) -> None:
+    """A cluster whose spec or inventory says it is production takes faults only with an explicit confirmation."""
+    if cluster.production and not confirmed:
         raise SpecError(
-            lab.spec.name,
+            cluster.name,
             ["production: true: injecting faults into a production cluster needs --confirm-production"],
         )
 
 
-def run(experiment: dict[str, Any], lab: Lab, roll_back: bool = True) -> dict[str, Any]:
+def run(experiment: dict[str, Any], cluster: Cluster, roll_back: bool = True) -> dict[str, Any]:
     """Run the experiment; whatever its fate (hypothesis violated, activity failed, Ctrl-C), every fault it left
     journaled is rolled back before this returns. With `roll_back=False` the faults stay (journaled) for the caller
     to undo: a runbook's manual steps are followed while the failure still holds."""
@@ -68,13 +72,14 @@ def run(experiment: dict[str, Any], lab: Lab, roll_back: bool = True) -> dict[st
     strategy = "always" if roll_back else "never"
     leftover: list[str] = []
     try:
-        journal = run_experiment(experiment, settings={"runtime": {"rollbacks": {"strategy": strategy}}})
+        with target.using(cluster, experiment.get("configuration", {})):
+            journal = run_experiment(experiment, settings={"runtime": {"rollbacks": {"strategy": strategy}}})
     except BaseException:
         roll_back = True  # interrupted: nothing may outlive the run
         raise
     finally:
         if roll_back:
-            leftover = faults.cleanup(lab)
+            leftover = faults.cleanup(cluster)
             if leftover:
                 log.warning("rolled back faults the experiment left behind: %s", ", ".join(leftover))
     journal["ha_ops_cleanup"] = leftover

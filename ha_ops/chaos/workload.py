@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 from pydantic import Field
 
-from ha_ops.lab.cluster import Lab
+from ha_ops.chaos.probes import client
+from ha_ops.cluster.base import Cluster, ClusterNode
 from ha_ops.util.models import ConfigModel
 
 JOB = """#!/bin/sh
@@ -46,33 +46,29 @@ class JobAccount:
         return {**asdict(self), "ok": self.ok}
 
 
-def _client(lab: Lab) -> str:
-    return lab.ctx.layout.nodes_with_role("gpu")[0].name
-
-
-def submit(lab: Lab, directory: Path, workload: Workload) -> list[str]:
-    directory.mkdir(parents=True, exist_ok=True)
-    script = directory / "job.sh"
-    script.write_text(JOB)
-    script.chmod(0o755)
-    partition = lab.spec.schedulers.slurm.partition if lab.spec.schedulers.slurm else "gpu"
-    gpus = min(n.gpus for n in lab.ctx.layout.nodes_with_role("gpu"))
+def submit(cluster: Cluster, directory: str, workload: Workload) -> list[str]:
+    """Write the job script into `directory` (on storage every GPU node sees) and submit the jobs."""
+    node = cluster.node(client(cluster))
+    node.run(["sh", "-c", 'mkdir -p "$1" && cat > "$1/job.sh" && chmod 755 "$1/job.sh"', "sh", directory], input=JOB,
+             timeout=30)  # fmt: skip
+    partition = cluster.spec.schedulers.slurm.partition if cluster.spec.schedulers.slurm else "gpu"
+    gpus = min(n.gpus for n in cluster.layout.nodes_with_role("gpu"))
     ids = []
     for i in range(workload.jobs):
         # A training job takes all of a node's GPUs (so each lands on its own node) and leaves CPUs for others.
         argv = ["sbatch", "--parsable", "--requeue", f"--gres=gpu:{gpus}", "-n", "1", "-N", "1", "-p", partition,
-                "-J", f"gameday-{i}", "-o", "/dev/null", str(script), str(directory),
+                "-J", f"gameday-{i}", "-o", "/dev/null", f"{directory}/job.sh", directory,
                 str(workload.duration_s)]  # fmt: skip
-        ids.append(lab.node(_client(lab)).run(argv, timeout=30).stdout.strip().split(";")[0])
+        ids.append(node.run(argv, timeout=30).stdout.strip().split(";")[0])
     return ids
 
 
-def wait_running(lab: Lab, ids: list[str], timeout: float = 30.0) -> bool:
+def wait_running(cluster: Cluster, ids: list[str], timeout: float = 30.0) -> bool:
     """Wait until every job runs (a fault should hit running work, not a queue); False if some never started."""
-    client = lab.node(_client(lab))
+    node = cluster.node(client(cluster))
     deadline = time.time() + timeout
     while time.time() < deadline:
-        out = client.run(["squeue", "-h", "-o", "%i %T", "-j", ",".join(ids)], check=False, timeout=30)
+        out = node.run(["squeue", "-h", "-o", "%i %T", "-j", ",".join(ids)], check=False, timeout=30)
         states = dict(line.split() for line in out.stdout.splitlines() if len(line.split()) == 2) if out.ok else {}
         if all(states.get(job) == "RUNNING" for job in ids):
             return True
@@ -80,24 +76,29 @@ def wait_running(lab: Lab, ids: list[str], timeout: float = 30.0) -> bool:
     return False
 
 
-def _lines(path: Path) -> int:
-    return len([ln for ln in path.read_text().splitlines() if ln.strip()]) if path.exists() else 0
+def _marker_lines(node: ClusterNode, directory: str, ids: list[str]) -> dict[str, int]:
+    """Lines in each job's marker files, read on the node (the files live on the cluster's shared storage)."""
+    script = 'cd "$1" && shift && for f in "$@"; do [ -f "$f" ] && echo "$f $(grep -c . "$f")"; done; true'
+    names = [f"{job}.{kind}" for job in ids for kind in ("done", "started")]
+    out = node.run(["sh", "-c", script, "sh", directory, *names], check=False, timeout=30).stdout
+    return {name: int(count) for name, count in (line.split() for line in out.splitlines() if len(line.split()) == 2)}
 
 
-def account(lab: Lab, directory: Path, ids: list[str], wait_s: float) -> JobAccount:
+def account(cluster: Cluster, directory: str, ids: list[str], wait_s: float) -> JobAccount:
     """Wait (up to `wait_s`) for the jobs to leave the queue, then judge each by its markers."""
-    client = lab.node(_client(lab))
+    node = cluster.node(client(cluster))
     deadline = time.time() + wait_s
     queued: set[str] = set(ids)
     while queued and time.time() < deadline:
-        out = client.run(["squeue", "-h", "-o", "%i", "-j", ",".join(ids)], check=False, timeout=30)
+        out = node.run(["squeue", "-h", "-o", "%i", "-j", ",".join(ids)], check=False, timeout=30)
         if out.ok:
             queued = set(out.stdout.split()) & set(ids)
         if queued:
             time.sleep(1.0)
+    lines = _marker_lines(node, directory, ids)
     result = JobAccount(jobs=len(ids))
     for job in ids:
-        done, started = _lines(directory / f"{job}.done"), _lines(directory / f"{job}.started")
+        done, started = lines.get(f"{job}.done", 0), lines.get(f"{job}.started", 0)
         if done > 1:
             result.ran_twice.append(job)
         elif done == 1:

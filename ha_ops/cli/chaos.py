@@ -11,28 +11,35 @@ import typer
 import yaml
 
 from ha_ops.cli import output
+from ha_ops.cli.targets import InventoryOpt, LabOpt, SpecOpt, TargetOpt, named, open_named
 from ha_ops.errors import SpecError
 
-app = typer.Typer(help="Chaos experiments against the lab (Chaos Toolkit).", no_args_is_help=True)
-
-LabOpt = typer.Option("lab", "--lab", envvar="HA_OPS_LAB", help="The lab the experiment runs against.")
+app = typer.Typer(
+    help="Chaos experiments (Chaos Toolkit) against a cluster: the lab or your own.", no_args_is_help=True
+)
 
 
 @app.command("run")
 def run(
     experiment: Path = typer.Argument(..., help="A Chaos Toolkit experiment (JSON or YAML)."),
-    lab: str = LabOpt,
-    dry_run: bool = typer.Option(False, "--dry-run", help="Validate and print the plan; inject nothing."),
+    target: str | None = TargetOpt,
+    inventory: Path | None = InventoryOpt,
+    spec: Path | None = SpecOpt,
+    lab: str | None = LabOpt,
+    dry_run: bool = typer.Option(
+        False,
+        "--dry-run",
+        help="Validate; print the plan and, per host, the commands each fault and its undo would run. Injects nothing.",
+    ),
     journal: Path | None = typer.Option(None, "--journal", help="Write Chaos Toolkit's journal here (JSON)."),
     var: list[str] = typer.Option([], "--var", help="Override a configuration value: KEY=VALUE (YAML scalar)."),
-    max_faults: int = typer.Option(1, "--max-faults", min=1, help="Faults allowed active at once in the lab."),
+    max_faults: int = typer.Option(1, "--max-faults", min=1, help="Faults allowed active at once in the cluster."),
     confirm_production: bool = typer.Option(
-        False, "--confirm-production", help="Required when the cluster's spec says production: true."
+        False, "--confirm-production", help="Required when the spec or the inventory says production: true."
     ),
 ) -> None:
     """Run one experiment. Exit 1 when the steady-state hypothesis is violated or the run did not complete."""
     from ha_ops.chaos import faults, runner
-    from ha_ops.lab.cluster import Lab
 
     overrides = {}
     for item in var:
@@ -40,10 +47,10 @@ def run(
         if not sep or not key:
             raise SpecError("--var", [f"{item!r} is not KEY=VALUE"])
         overrides[key] = yaml.safe_load(value)
-    loaded = runner.load_experiment(experiment, lab, overrides)
+    configuration = named(target, inventory, spec, lab)
+    loaded = runner.load_experiment(experiment, configuration, overrides)
     if dry_run:
-        for step in runner.plan(loaded):
-            output.result(step)
+        _dry_run(loaded, configuration, max_faults)
         return
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("[%(asctime)s] %(message)s", "%H:%M:%S"))
@@ -51,10 +58,10 @@ def run(
     chaos_log.addHandler(handler)
     chaos_log.setLevel(logging.INFO)
     chaos_log.propagate = False  # progress once, on stderr
-    handle = Lab.from_state(lab)
-    runner.guard_production(handle, confirm_production)
+    cluster = open_named(configuration)
+    runner.guard_production(cluster, confirm_production)
     with faults.limit(max_faults):
-        result = runner.run(loaded, handle)
+        result = runner.run(loaded, cluster)
     if journal is not None:
         journal.write_text(json.dumps(result, indent=2, default=str))
     status, deviated = result.get("status"), result.get("deviated")
@@ -63,11 +70,42 @@ def run(
         raise typer.Exit(1)
 
 
-@app.command()
-def cleanup(lab: str = LabOpt) -> None:
-    """Undo every fault a killed or interrupted run left in the lab (from the fault journal)."""
-    from ha_ops.chaos import faults
-    from ha_ops.lab.cluster import Lab
+def _dry_run(loaded: dict, configuration: dict[str, str], max_faults: int) -> None:
+    from ha_ops.chaos import faults, runner
+    from ha_ops.chaos.dryrun import plan_commands
 
-    undone = faults.cleanup(Lab.from_state(lab))
+    for step in runner.plan(loaded):
+        output.result(step)
+    with faults.limit(max_faults):
+        planned = plan_commands(loaded, open_named(configuration))
+    activities = list(dict.fromkeys(p.activity for p in planned))
+    for activity in activities:
+        output.result(f"\n{activity}:")
+        # What the fault runs, then what undoes it (recorded first: the undo is journaled before the fault goes in).
+        for item in sorted((p for p in planned if p.activity == activity), key=lambda p: p.undo):
+            output.result(f"  {'undo: ' if item.undo else ''}{item.host}: {item.line}")
+
+
+@app.command()
+def cleanup(
+    target: str | None = TargetOpt,
+    inventory: Path | None = InventoryOpt,
+    spec: Path | None = SpecOpt,
+    lab: str | None = LabOpt,
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print, per host, what cleanup would run; undo nothing."),
+) -> None:
+    """Undo every fault a killed or interrupted run left in the cluster (from the fault journal on this machine). A
+    host that cannot be reached keeps its entries for the next cleanup; exit 4 while any are kept."""
+    from ha_ops.chaos import faults
+
+    cluster = open_named(named(target, inventory, spec, lab))
+    if dry_run:
+        for key, host, lines in faults.plan_cleanup(cluster):
+            for line in lines:
+                output.result(f"{key}: {host}: {line}")
+        return
+    undone = faults.cleanup(cluster)
     output.result(f"rolled back {len(undone)} fault(s)" + (": " + ", ".join(undone) if undone else ""))
+    if faults.active(cluster):
+        output.error(f"{len(faults.active(cluster))} fault(s) kept: a host did not answer; run cleanup again later")
+        raise typer.Exit(4)

@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from ha_ops.cli import output
+from ha_ops.cli.targets import InventoryOpt, LabOpt, SpecOpt, TargetOpt, named, open_named
 
 app = typer.Typer(help="Game days: plans of chaos experiments, measured and reported.", no_args_is_help=True)
 
@@ -14,7 +15,10 @@ app = typer.Typer(help="Game days: plans of chaos experiments, measured and repo
 @app.command("run")
 def run(
     plan: Path = typer.Argument(..., help="A game-day plan (YAML, under chaos/gamedays/)."),
-    lab: str | None = typer.Option(None, "--lab", envvar="HA_OPS_LAB", help="Overrides the plan's lab."),
+    target: str | None = TargetOpt,
+    inventory: Path | None = InventoryOpt,
+    spec: Path | None = SpecOpt,
+    lab: str | None = LabOpt,
     report_dir: Path = typer.Option(Path("reports/gameday"), "--report-dir", help="Where the reports go."),
     only: list[str] = typer.Option([], "--only", help="Run just this fault (by name; repeatable)."),
     confirm_production: bool = typer.Option(
@@ -27,20 +31,20 @@ def run(
     JSON, JUnit and HTML reports. Exit 1 unless every fault passed."""
     from ha_ops.chaos import gameday, report, runner
     from ha_ops.chaos import plan as plans
-    from ha_ops.lab.cluster import Lab
 
     loaded = plans.select(plans.load_plan(plan), only)
-    if lab:
-        loaded = loaded.model_copy(update={"lab": lab})
+    configuration = named(target, inventory, spec, lab, default_lab=loaded.lab)
     if dry_run:
         for fault in loaded.faults:
-            runner.load_experiment(fault.experiment, loaded.lab, fault.vars)
+            runner.load_experiment(fault.experiment, configuration, fault.vars)
             detect = ", ".join(c.describe() for c in fault.detect)
             recover = ", ".join(c.describe() for c in fault.recover)
             output.result(f"{fault.name}: {fault.experiment.name}; detected when {detect}; recovered when {recover}")
         return
-    handle = Lab.from_state(loaded.lab)
-    results = gameday.run_gameday(loaded, handle, progress=output.info, confirm_production=confirm_production)
+    cluster = open_named(configuration)
+    results = gameday.run_gameday(
+        loaded, cluster, configuration, progress=output.info, confirm_production=confirm_production
+    )
     paths = report.write_reports(loaded, results, report_dir)
     summary = report.report_json(loaded, results)
     if json_out:

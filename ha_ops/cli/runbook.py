@@ -8,8 +8,9 @@ import typer
 from rich.table import Table
 
 from ha_ops.cli import output
+from ha_ops.cli.targets import InventoryOpt, LabOpt, SpecOpt, TargetOpt, named, open_named
 
-app = typer.Typer(help="Recovery runbooks, verified in the lab.", no_args_is_help=True)
+app = typer.Typer(help="Recovery runbooks, verified against a cluster: the lab or your own.", no_args_is_help=True)
 
 RUNBOOKS = Path(__file__).resolve().parents[2] / "runbooks"
 
@@ -18,7 +19,10 @@ RUNBOOKS = Path(__file__).resolve().parents[2] / "runbooks"
 def verify(
     runbook: Path | None = typer.Argument(None, help="A runbook (Markdown with front matter)."),
     all_: bool = typer.Option(False, "--all", help="Every runbook in runbooks/ (the full lab: lab-storage.yaml)."),
-    lab: str = typer.Option("lab", "--lab", envvar="HA_OPS_LAB"),
+    target: str | None = TargetOpt,
+    inventory: Path | None = InventoryOpt,
+    spec: Path | None = SpecOpt,
+    lab: str | None = LabOpt,
     confirm_production: bool = typer.Option(
         False, "--confirm-production", help="Required when the cluster's spec says production: true."
     ),
@@ -28,7 +32,6 @@ def verify(
     Exit 1 if any step is stale."""
     from ha_ops.chaos.runner import guard_production
     from ha_ops.errors import SpecError
-    from ha_ops.lab.cluster import Lab
     from ha_ops.runbooks.verify import load_runbook
     from ha_ops.runbooks.verify import verify as run_verify
 
@@ -38,13 +41,14 @@ def verify(
     for path in paths:
         assert path is not None
         load_runbook(path)  # every runbook is valid before any failure is injected
-    handle = Lab.from_state(lab)
-    guard_production(handle, confirm_production)
+    configuration = named(target, inventory, spec, lab)
+    cluster = open_named(configuration)
+    guard_production(cluster, confirm_production)
     results = []
     for path in paths:
         assert path is not None
-        output.info(f"verifying {path.name} in lab {lab}")
-        results.append(run_verify(path, handle))
+        output.info(f"verifying {path.name} against {cluster.name}")
+        results.append(run_verify(path, cluster, configuration))
     if json_out:
         output.emit_json([{"runbook": r.runbook, "steps": [s.__dict__ for s in r.steps], "stale": len(r.stale)}
                           for r in results])  # fmt: skip

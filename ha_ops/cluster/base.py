@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Literal, Protocol
 
 from ha_ops.cluster.ops import Op
+from ha_ops.errors import SpecError
 from ha_ops.schedulers.slurm import Slurm
 from ha_ops.spec.layout import Layout
 from ha_ops.spec.model import ClusterSpec
@@ -17,7 +18,7 @@ from ha_ops.util.proc import CommandResult
 # What a node may be able to do; an operation needing a capability the node lacks is refused before anything is
 # journaled or injected (ha_ops.cluster.ops.capability names the one each operation needs).
 CAPABILITIES = ("services", "links", "filters", "qdisc", "power", "gpu_faults")
-Service = Literal["prometheus", "alertmanager", "controller"]
+Service = Literal["prometheus", "alertmanager", "controller", "agent"]
 
 
 class ClusterNode(Protocol):
@@ -38,7 +39,11 @@ class ClusterNode(Protocol):
 
     def interfaces(self) -> list[str]: ...
 
-    def service_active(self, unit: str) -> bool: ...
+    def service_active(self, unit: str) -> bool:
+        """Running and not frozen, as far as the node can tell (systemd counts a frozen unit as active)."""
+        ...
+
+    def has_service(self, unit: str) -> bool: ...
 
 
 class Cluster(Protocol):
@@ -62,7 +67,20 @@ class Cluster(Protocol):
         self, service: Service, path: str, *, host: str | None = None, method: str = "GET", body: bytes | None = None,
         timeout: float = 5.0,
     ) -> tuple[int, bytes]:  # fmt: skip
-        """A request to a cluster service (on `host`, or its first host): status and body."""
+        """A request to a cluster service (on `host`, or its first host; an agent's on the node named): status and
+        body."""
         ...
 
     def close(self) -> None: ...
+
+
+def service_endpoint(spec: ClusterSpec, layout: Layout, service: Service, host: str | None = None) -> tuple[str, int]:
+    """The host a service runs on (`host`, or the spec's first) and its port."""
+    if service == "agent":
+        return host or layout.nodes_with_role("gpu")[0].name, spec.monitoring.agent_port
+    if service == "controller":
+        if spec.remediation is None:
+            raise SpecError(spec.name, ["remediation: the spec has no remediation controller"])
+        return host or layout.nodes_with_role("controller")[0].name, spec.remediation.port
+    mon = spec.monitoring
+    return host or mon.host.name, mon.prometheus_port if service == "prometheus" else mon.alertmanager_port

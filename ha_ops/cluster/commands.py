@@ -46,6 +46,11 @@ def service_active(unit: str) -> Command:
     return Command(("systemctl", "is-active", "--quiet", unit), check=False)
 
 
+def service_loaded(unit: str) -> Command:
+    """Prints the unit's LoadState: `not-found` for a unit the host does not have."""
+    return Command(("systemctl", "show", "--property=LoadState", "--value", unit), check=False)
+
+
 def link(op: LinkOp) -> list[Command]:
     return [Command(("ip", "link", "set", "dev", op.interface, "up" if op.up else "down"))]
 

@@ -4,20 +4,28 @@ rate limits are the very commands a real host runs (ha_ops.cluster.commands), en
 
 from __future__ import annotations
 
+import json
+import logging
+import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 from ha_ops.cluster import commands
-from ha_ops.cluster.base import Service
+from ha_ops.cluster.base import Service, service_endpoint
 from ha_ops.cluster.gpu import CapabilityMissing
 from ha_ops.cluster.ops import FilterOp, GpuOp, LinkOp, Op, PowerOp, QdiscOp, ServiceOp, capability, describe
-from ha_ops.errors import SpecError
+from ha_ops.errors import LabError, SpecError
 from ha_ops.lab import netns
 from ha_ops.lab.cluster import Lab
 from ha_ops.lab.http import http_get, http_post
 from ha_ops.lab.node import LabNode
 from ha_ops.schedulers.slurm import Slurm
 from ha_ops.util.proc import CommandResult, run
+
+log = logging.getLogger(__name__)
 
 
 class LabClusterNode:
@@ -61,12 +69,21 @@ class LabClusterNode:
         self._require(op)
         node = self.handle
         if isinstance(op, ServiceOp):
+            if (
+                op.action == "start"
+                and op.unit == "mfsmaster"
+                and self.lab.state().storage_master not in (None, self.name)
+            ):
+                return  # the metalogger was promoted meanwhile: the old master stays fenced (two masters would split)
             getattr(node, op.action)(op.unit)
         elif isinstance(op, LinkOp):
             (node.link_up if op.up else node.link_down)(op.interface)
         elif isinstance(op, PowerOp):
             if op.action == "off":
                 node.power_off(permanently=op.permanent)
+            elif op.action == "on" and node.powered_on():
+                if op.repair:
+                    node.repair_hardware()  # the controller's power cycle already brought it back: leave it running
             else:
                 node.power_cycle(repair=op.repair)
         elif isinstance(op, GpuOp):
@@ -85,6 +102,9 @@ class LabClusterNode:
 
     def service_active(self, unit: str) -> bool:
         return self.handle.is_running(unit)
+
+    def has_service(self, unit: str) -> bool:
+        return unit in self.handle.services()
 
 
 def _hosts(lab: Lab) -> set[str]:
@@ -119,14 +139,7 @@ class LabCluster:
         self, service: Service, path: str, *, host: str | None = None, method: str = "GET", body: bytes | None = None,
         timeout: float = 5.0,
     ) -> tuple[int, bytes]:  # fmt: skip
-        if service == "controller":
-            if self.spec.remediation is None:
-                raise SpecError(self.name, ["remediation: the spec has no remediation controller"])
-            target, port = host or self.layout.nodes_with_role("controller")[0].name, self.spec.remediation.port
-        else:
-            mon = self.spec.monitoring
-            target = host or mon.host.name
-            port = mon.prometheus_port if service == "prometheus" else mon.alertmanager_port
+        target, port = service_endpoint(self.spec, self.layout, service, host)
         url = f"http://{self.layout.node(target).address}:{port}{path}"
         where = self.lab.ctx.netns(target)
         if method == "GET":
@@ -135,3 +148,93 @@ class LabCluster:
 
     def close(self) -> None:
         return None
+
+    # --- the lab's own extras (ha_ops.chaos.actions.lab_extension) -------------------------------------------
+    @property
+    def shared_dir(self) -> Path:
+        """A folder every node sees at this same path (the game day's jobs write their markers there)."""
+        return self.lab.paths.shared
+
+    def storage_master(self) -> str:
+        from ha_ops.lab import storage
+
+        return self.lab.state().storage_master or storage.master_node(self.lab.ctx)
+
+    def storage_health(self) -> dict[str, Any]:
+        from ha_ops.lab import storage_ops
+
+        health = storage_ops.moosefs(self.lab).health()
+        return {**health.__dict__, "healthy": health.healthy}
+
+    def storage_data_intact(self, folder: str, files: int) -> bool:
+        from ha_ops.lab import storage_ops
+
+        manifest_path = self.lab.paths.root / f"chaos-{folder}.json"
+        if not manifest_path.exists():
+            manifest_path.write_text(json.dumps(storage_ops.write_files(self.lab, files, 1, folder=folder)))
+        manifest = json.loads(manifest_path.read_text())
+        intact = not storage_ops.unreadable_files(self.lab, manifest)
+        return intact and not storage_ops.under_replicated(self.lab, list(manifest))
+
+    def driver_rollout(self, to: str, broken: bool, base: str, waves: str, timeout_s: float) -> str:
+        from ha_ops.lab import rollouts
+
+        self.lab.use_controllers(False)
+        rollouts.prepare(self.lab, base, {to: not broken})
+        current = set(rollouts.active_versions(self.lab).values())
+        if len(current) != 1:
+            raise LabError(f"the GPU nodes run different drivers ({', '.join(map(str, sorted(current, key=str)))})")
+        (from_version,) = current
+        assert from_version is not None
+        argv = rollouts.rollout_args(self.lab, to, from_version, "--soak", "0", "--waves", waves)
+        result = rollouts.on_operator_node(self.lab, *argv, timeout=timeout_s)
+        if not result.stdout.lstrip().startswith("{"):
+            raise LabError(f"the rollout to {to} printed no summary: {result.stderr[-1500:]}")
+        summary = json.loads(result.stdout)
+        return f"rollout to {to}: {summary['phase']}" + (f" ({summary['reason']})" if summary["reason"] else "")
+
+    def end_driver_rollout(self) -> None:
+        from ha_ops.lab import rollouts
+
+        state = rollouts.rollout_state(self.lab)
+        if state and state["phase"] not in ("halted", "completed", "aborted"):
+            state_dir = str(rollouts.files(self.lab).state_dir)
+            argv = [
+                sys.executable,
+                "-m",
+                "ha_ops",
+                "rollout",
+                "abort",
+                "--rollback",
+                "--state-dir",
+                state_dir,
+                "--json",
+            ]
+            result = rollouts.on_operator_node(self.lab, *argv, timeout=900)
+            if not result.ok:
+                log.error("aborting the rollout failed: %s", result.stderr[-1500:])
+        self.lab.use_controllers(True)
+
+    def rollout_phase(self) -> str:
+        from ha_ops.lab import rollouts
+
+        return str(rollouts.rollout_state(self.lab).get("phase", "none"))
+
+    def rollout_fleet_as_before(self) -> bool:
+        from ha_ops.lab import rollouts
+
+        nodes = rollouts.rollout_state(self.lab).get("nodes", {})
+        active, reported = rollouts.active_versions(self.lab), rollouts.reported_versions(self.lab)
+        for name, version in active.items():
+            before = (nodes.get(name, {}).get("before") or {}).get("active_version")
+            if version is None or reported[name] != [version] or before not in (None, version):
+                return False
+        return True
+
+    def placeholders(self) -> dict[str, str]:
+        """What a runbook's lab_run commands may name: {lab}, {root}, {spec}, {python}, {mfsmaster}."""
+        spec = self.lab.paths.root / "runbook-spec.yaml"  # the lab's own spec, for steps that rebuild or repair it
+        spec.write_text(yaml.safe_dump(self.spec.model_dump(mode="json"), sort_keys=False))
+        master = self.layout.service_addresses.get("mfsmaster", "")
+        return {"lab": self.name, "root": str(self.lab.paths.root), "python": sys.executable, "spec": str(spec),
+                "mfsmaster": str(master)}  # fmt: skip

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ha_ops.cluster import commands
-from ha_ops.cluster.base import Service
+from ha_ops.cluster.base import Service, service_endpoint
 from ha_ops.cluster.commands import Command
 from ha_ops.cluster.gpu import CapabilityMissing, DcgmInjector, FakeBackendInjector, GpuInjector
 from ha_ops.cluster.inventory import Inventory, InventoryHost
@@ -116,6 +116,10 @@ class SshNode:
         command = commands.service_active(unit)
         return self.run(list(command.argv), check=False, timeout=10).ok
 
+    def has_service(self, unit: str) -> bool:
+        command = commands.service_loaded(unit)
+        return self.run(list(command.argv), check=False, timeout=10).stdout.strip() not in ("", "not-found")
+
 
 class SshCluster:
     def __init__(self, spec: ClusterSpec, inventory: Inventory, journal_dir: Path | None = None) -> None:
@@ -129,6 +133,12 @@ class SshCluster:
 
     def hosts(self) -> list[str]:
         return list(self.inventory.hosts)
+
+    @property
+    def shared_dir(self) -> str | None:
+        """A folder every GPU node sees at the same path (`ha_ops_shared_dir`): where a game day's jobs keep markers."""
+        return next((str(h.vars["ha_ops_shared_dir"]) for h in self.inventory.hosts.values()
+                     if h.vars.get("ha_ops_shared_dir")), None)  # fmt: skip
 
     def node(self, name: str) -> SshNode:
         if name not in self._nodes:
@@ -147,17 +157,14 @@ class SshCluster:
             raise SpecError(str(self.inventory.source), [f"no host with the {role} role of {self.name} is in it"])
         return names[0]
 
+    def _default(self, service: Service) -> str | None:
+        """The first host of the service's role that the inventory has (the spec's first may be left out of it)."""
+        role = {"controller": "controller", "agent": "gpu"}.get(service)
+        return self._first(role) if role else None
+
     def slurm(self) -> Slurm:
         # Slurm's clients on a compute node: what users' jobs see, and it answers whichever controller leads.
         return Slurm(self.node(self._first("gpu")).transport, timeout=15)
-
-    def _service_host(self, service: Service) -> tuple[str, int]:
-        if service == "controller":
-            if self.spec.remediation is None:
-                raise SpecError(self.name, ["remediation: the spec has no remediation controller"])
-            return self._first("controller"), self.spec.remediation.port
-        mon = self.spec.monitoring
-        return mon.host.name, mon.prometheus_port if service == "prometheus" else mon.alertmanager_port
 
     def http(
         self, service: Service, path: str, *, host: str | None = None, method: str = "GET", body: bytes | None = None,
@@ -165,8 +172,7 @@ class SshCluster:
     ) -> tuple[int, bytes]:  # fmt: skip
         """Through the service host's own SSH session (as `ssh -L` would): the cluster network need not be routed
         to the operator's machine, and the service is reached at the address it listens on."""
-        default, port = self._service_host(service)
-        target = host or default
+        target, port = service_endpoint(self.spec, self.layout, service, host if host else self._default(service))
         address = (
             str(self.layout.node(target).address) if target in {n.name for n in self.layout.nodes} else "127.0.0.1"
         )

@@ -17,7 +17,6 @@ from __future__ import annotations
 import logging
 import shlex
 import subprocess
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -27,10 +26,10 @@ from typing import Any
 import yaml
 from pydantic import Field, ValidationError
 
-from ha_ops.chaos import faults, hold, runner
+from ha_ops.chaos import faults, hold, runner, target
 from ha_ops.chaos.plan import UNSET, Condition, baselines_of
+from ha_ops.cluster.base import Cluster
 from ha_ops.errors import SpecError
-from ha_ops.lab.cluster import Lab
 from ha_ops.spec.load import validation_problems
 from ha_ops.util.models import ConfigModel
 
@@ -102,32 +101,38 @@ class Verification:
         return [s for s in self.steps if not s.ok]
 
 
-def _wait_claim(check: Check, lab: str, since: float, baseline: Any = UNSET) -> StepResult:
+def _wait_claim(check: Check, configuration: dict[str, Any], since: float, baseline: Any = UNSET) -> StepResult:
     deadline = since + check.within_s
     while time.time() < deadline:
-        if check.holds(lab, baseline):
+        if check.holds(configuration, baseline):
             return StepResult("check", check.claim, True, f"held after {time.time() - since:.1f} s")
         time.sleep(0.2)
     return StepResult("check", check.claim, False, f"did not hold within {check.within_s:g} s")
 
 
-def verify(path: Path, lab: Lab) -> Verification:
+def verify(path: Path, cluster: Cluster, configuration: dict[str, str]) -> Verification:
+    """Verify the runbook against `cluster`, which `configuration` (ha_ops.chaos.target.configuration_for) names."""
+    with target.using(cluster, configuration):
+        return _verify(path, cluster, configuration)
+
+
+def _verify(path: Path, cluster: Cluster, configuration: dict[str, str]) -> Verification:
     runbook, _ = load_runbook(path)
     result = Verification(runbook.id)
-    experiment = runner.load_experiment(runbook.trigger.experiment, lab.spec.name, dict(runbook.trigger.vars))
+    experiment = runner.load_experiment(runbook.trigger.experiment, configuration, dict(runbook.trigger.vars))
     claims: list[StepResult] = []
     experiment_over = threading.Event()
-    baselines = baselines_of(list(runbook.checks), lab.spec.name)  # for claims that wait for a change
+    baselines = baselines_of(list(runbook.checks), configuration)  # for claims that wait for a change
 
     def check_claims() -> None:
         # chaostoolkit-lib must run in the main thread (it installs signal handlers): the claims are checked here.
-        injected = _wait_injected(lab, experiment_over)
+        injected = _wait_injected(cluster, experiment_over)
         if injected is None:
             claims.append(StepResult("check", "the failure is injected", False, "no fault was recorded"))
             return
         for i, check in enumerate(runbook.checks):
             if not check.after_manual:
-                claims.append(_wait_claim(check, lab.spec.name, injected, baselines.get(i, UNSET)))
+                claims.append(_wait_claim(check, configuration, injected, baselines.get(i, UNSET)))
         hold.end_early()  # every claim about the failure is judged: the manual steps may start (the fault stays in)
 
     checker = threading.Thread(target=check_claims, daemon=True)
@@ -136,7 +141,7 @@ def verify(path: Path, lab: Lab) -> Verification:
         try:
             # The failure stays in place after the experiment: the engineer follows the runbook during the incident.
             with hold.endable():
-                runner.run(experiment, lab, roll_back=False)
+                runner.run(experiment, cluster, roll_back=False)
         except Exception as exc:
             claims.append(StepResult("check", "the trigger experiment runs", False, str(exc)))
         finally:
@@ -144,34 +149,33 @@ def verify(path: Path, lab: Lab) -> Verification:
             checker.join(max((c.within_s for c in runbook.checks), default=0) + 60)
         result.steps.extend(claims)
         for step in runbook.manual:
-            result.steps.append(_run_manual(step, lab))
+            result.steps.append(_run_manual(step, cluster))
         manual_done = time.time()
         for i, check in enumerate(runbook.checks):
             if check.after_manual:
-                result.steps.append(_wait_claim(check, lab.spec.name, manual_done, baselines.get(i, UNSET)))
+                result.steps.append(_wait_claim(check, configuration, manual_done, baselines.get(i, UNSET)))
     finally:
-        faults.cleanup(lab)  # whatever the manual steps did not repair
+        faults.cleanup(cluster)  # whatever the manual steps did not repair
     return result
 
 
-def _run_manual(step: ManualStep, lab: Lab) -> StepResult:
-    spec = lab.paths.root / "runbook-spec.yaml"  # the lab's own spec, for steps that rebuild or repair it
-    spec.write_text(yaml.safe_dump(lab.spec.model_dump(mode="json"), sort_keys=False))
-    master = lab.ctx.layout.service_addresses.get("mfsmaster", "")
-    command = step.run.format(
-        lab=lab.spec.name, root=lab.paths.root, python=sys.executable, spec=spec, mfsmaster=master
-    )
+def _run_manual(step: ManualStep, cluster: Cluster) -> StepResult:
+    placeholders = cluster.placeholders() if hasattr(cluster, "placeholders") else {}
+    try:
+        command = step.run.format(**placeholders)
+    except KeyError as exc:
+        return StepResult("manual", step.step, False, f"{cluster.name} gives no value for {exc} in {step.run!r}")
     proc = subprocess.run(["sh", "-c", command], capture_output=True, text=True, timeout=step.timeout_s)
     tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or [""]
     detail = f"{shlex.quote(command)} exited {proc.returncode}: {tail[0][:160]}"
     return StepResult("manual", step.step, proc.returncode == 0, detail)
 
 
-def _wait_injected(lab: Lab, done: threading.Event, timeout: float = 60.0) -> float | None:
+def _wait_injected(cluster: Cluster, done: threading.Event, timeout: float = 60.0) -> float | None:
     """When the trigger's first fault went in (from the fault journal), or None if it never did."""
     deadline = time.time() + timeout
     while time.time() < deadline:
-        active = faults.active(lab)
+        active = faults.active(cluster)
         if active:
             return min(float(f.get("at", time.time())) for f in active)
         if done.is_set():

@@ -19,8 +19,9 @@ def request(
     parts = urlsplit(url)
     host, port = parts.hostname or "127.0.0.1", parts.port or 80
     conn = http.client.HTTPConnection(host, port, timeout=timeout)
-    conn.sock = connect(host, port, timeout)
-    conn.sock.settimeout(timeout)
+    raw = connect(host, port, timeout)
+    raw.settimeout(timeout)
+    conn.sock = _Held(raw)
     try:
         path = parts.path or "/"
         if parts.query:
@@ -30,3 +31,19 @@ def request(
         return response.status, response.read()
     finally:
         conn.close()
+        raw.close()
+
+
+class _Held:
+    """The connection, with close() left to `request`. http.client closes its connection as soon as an HTTP/1.0
+    response's headers are in, counting on the socket to stay readable through the file it made; a paramiko
+    Channel does not, and would drop a body still in flight."""
+
+    def __init__(self, raw: Any) -> None:
+        self._raw = raw
+
+    def close(self) -> None:
+        return None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._raw, name)

@@ -39,8 +39,13 @@ class SSHTransport:
         self._sock_factory = sock_factory
         self.become = become  # commands through `sudo -n`: a login that is not root, with sudo rights
         self._client: paramiko.SSHClient | None = None
+        self._lock = threading.Lock()  # a game day's watcher and its experiment share one connection per node
 
     def _connect(self) -> paramiko.SSHClient:
+        with self._lock:
+            return self._connect_locked()
+
+    def _connect_locked(self) -> paramiko.SSHClient:
         if self._client is not None and self._client.get_transport() and self._client.get_transport().is_active():
             return self._client
         client = paramiko.SSHClient()

@@ -8,6 +8,7 @@ import pytest
 
 from ha_ops.chaos import discover
 from ha_ops.chaos.runner import load_experiment, plan
+from ha_ops.chaos.target import configuration_for
 from ha_ops.errors import SpecError
 
 EXPERIMENTS = Path(__file__).resolve().parents[2] / "chaos" / "experiments"
@@ -35,23 +36,41 @@ def test_discovered_activities_are_exactly_these() -> None:
 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in EXPERIMENTS.glob("*.yaml")))
-def test_shipped_experiments_are_valid_and_point_at_the_lab(name: str) -> None:
-    experiment = load_experiment(EXPERIMENTS / name, "mylab", {"node": "gpu9"})
-    assert experiment["configuration"]["lab"] == "mylab"
+def test_shipped_experiments_are_valid_and_point_at_the_cluster_they_are_given(name: str) -> None:
+    experiment = load_experiment(EXPERIMENTS / name, configuration_for(target="lab:mylab"), {"node": "gpu9"})
+    assert experiment["configuration"]["ha_ops_target"] == "lab:mylab"
     assert experiment["configuration"]["node"] == "gpu9"
     assert plan(experiment)
+    over_ssh = load_experiment(EXPERIMENTS / name, configuration_for(inventory=Path("hosts.yml")))
+    assert "ha_ops_target" not in over_ssh["configuration"]
+    assert over_ssh["configuration"]["ha_ops_inventory"] == str(Path("hosts.yml").resolve())
+
+
+def test_every_activity_takes_its_cluster_from_the_configuration() -> None:
+    """No activity names a lab: the cluster comes from the experiment's configuration (chaoslib passes it)."""
+    import inspect
+
+    from ha_ops.chaos import actions, probes
+
+    for module in (actions, probes):
+        for name in module.__all__:
+            parameters = inspect.signature(getattr(module, name)).parameters
+            assert "lab" not in parameters, f"{module.__name__}.{name}"
+            assert name == "hold_fault" or "configuration" in parameters, f"{module.__name__}.{name}"
+    for path in EXPERIMENTS.glob("*.yaml"):
+        assert "${lab}" not in path.read_text(), path.name
 
 
 def test_an_invalid_experiment_is_refused_naming_the_problem(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("title: no method\ndescription: x\n")
     with pytest.raises(SpecError) as info:
-        load_experiment(bad, "lab")
+        load_experiment(bad)
     assert "method" in " ".join(info.value.problems).lower()
     listing = tmp_path / "list.yaml"
     listing.write_text("- a\n- b\n")
     with pytest.raises(SpecError, match="mapping"):
-        load_experiment(listing, "lab")
+        load_experiment(listing)
 
 
 def test_a_probe_with_a_time_limit_returns_as_soon_as_its_condition_holds_and_false_when_it_never_does() -> None:

@@ -67,18 +67,27 @@ def test_schedules_render_for_systemd_and_kubernetes() -> None:
     assert cron["spec"]["concurrencyPolicy"] == "Forbid"
 
 
-def test_a_production_spec_needs_the_confirmation_flag() -> None:
+def test_a_production_spec_or_inventory_needs_the_confirmation_flag(tmp_path: Path) -> None:
     from ha_ops.chaos.runner import guard_production
+    from ha_ops.cluster.inventory import Inventory, InventoryHost
+    from ha_ops.cluster.lab import LabCluster
+    from ha_ops.cluster.ssh import SshCluster
     from ha_ops.lab.cluster import Lab
     from ha_ops.lab.paths import LabPaths
     from ha_ops.spec import load_spec
 
     spec = load_spec(PLAN.parents[2] / "examples" / "production.yaml")
-    lab = Lab(spec, LabPaths.for_lab(spec.name, Path("/nonexistent")))
+    lab = LabCluster(Lab(spec, LabPaths.for_lab(spec.name, Path("/nonexistent"))))
     with pytest.raises(SpecError, match="--confirm-production"):
         guard_production(lab, confirmed=False)
     guard_production(lab, confirmed=True)
-    test = Lab(spec.model_copy(update={"production": False}), lab.paths)
+    # A spec that says nothing, but an inventory that says production: the same confirmation.
+    plain = load_spec(PLAN.parents[2] / "examples" / "lab.yaml")
+    hosts = {"gpu1": InventoryHost(name="gpu1", address="10.0.0.1", production=True)}
+    cluster = SshCluster(plain, Inventory(source=tmp_path / "hosts.yml", hosts=hosts), journal_dir=tmp_path)
+    with pytest.raises(SpecError, match="--confirm-production"):
+        guard_production(cluster, confirmed=False)
+    test = LabCluster(Lab(spec.model_copy(update={"production": False}), LabPaths.for_lab(spec.name, Path("/x"))))
     guard_production(test, confirmed=False)
 
 

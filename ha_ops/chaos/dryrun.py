@@ -1,0 +1,132 @@
+"""`--dry-run` with a cluster: every action of the experiment is called against a planning stand-in for the cluster,
+which checks each operation's target and capability on the real cluster (read-only: its hosts, interfaces and
+services are asked) and records, per host, the exact commands the operation and its undo would run, instead of
+running them. Nothing is injected and nothing is journaled."""
+
+from __future__ import annotations
+
+import importlib
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ha_ops.chaos import target
+from ha_ops.cluster.base import Cluster, ClusterNode
+from ha_ops.cluster.ops import Op
+from ha_ops.util.proc import CommandResult
+
+
+@dataclass
+class Planned:
+    activity: str
+    host: str
+    line: str
+    undo: bool = False
+
+
+@dataclass
+class _Recorder:
+    planned: list[Planned] = field(default_factory=list)
+    activity: str = ""
+    undo: bool = False
+
+
+class PlanningNode:
+    def __init__(self, real: ClusterNode, recorder: _Recorder) -> None:
+        self.real = real
+        self.name = real.name
+        self.capabilities = real.capabilities
+        self._recorder = recorder
+
+    def run(self, argv: Sequence[str], *, timeout: float = 30.0, check: bool = True, input: str | None = None
+            ) -> CommandResult:  # fmt: skip
+        return self.real.run(argv, timeout=timeout, check=check, input=input)  # what probes ask: read-only
+
+    def render(self, op: Op) -> list[str]:
+        return self.real.render(op)
+
+    def apply(self, op: Op) -> None:
+        rec = self._recorder
+        rec.planned += [Planned(rec.activity, op.host, line, rec.undo) for line in self.real.render(op)]
+
+    def interfaces(self) -> list[str]:
+        return self.real.interfaces()
+
+    def service_active(self, unit: str) -> bool:
+        return self.real.service_active(unit)
+
+    def has_service(self, unit: str) -> bool:
+        return self.real.has_service(unit)
+
+
+class PlanningCluster:
+    """The real cluster's hosts and layout, a throw-away journal, and nodes that record instead of acting."""
+
+    def __init__(self, real: Cluster, journal_dir: Path) -> None:
+        self.real = real
+        self.name, self.spec, self.layout, self.production = real.name, real.spec, real.layout, real.production
+        self.journal_dir = journal_dir
+        self.recorder = _Recorder()
+        if hasattr(real, "lab"):
+            self.lab = real.lab  # the lab's extras are recorded by name below, never run
+
+    def hosts(self) -> list[str]:
+        return self.real.hosts()
+
+    def node(self, name: str) -> PlanningNode:
+        return PlanningNode(self.real.node(name), self.recorder)
+
+    def slurm(self):  # -> Slurm
+        return self.real.slurm()
+
+    def http(self, *args: Any, **kwargs: Any) -> tuple[int, bytes]:
+        return self.real.http(*args, **kwargs)
+
+    def note_undo(self, ops: list[Op]) -> None:
+        before, self.recorder.undo = self.recorder.undo, True
+        try:
+            for op in ops:
+                self.node(op.host).apply(op)
+        finally:
+            self.recorder.undo = before
+
+    def close(self) -> None:
+        return None
+
+    def __getattr__(self, name: str) -> Any:
+        # The lab's extras (driver_rollout, ...): recorded, not run.
+        if not hasattr(self.real, name):
+            raise AttributeError(name)
+
+        def planned(*args: Any, **kwargs: Any) -> str:
+            shown = ", ".join([*map(repr, args), *(f"{k}={v!r}" for k, v in kwargs.items())])
+            self.recorder.planned.append(Planned(self.recorder.activity, "lab", f"{name}({shown})", self.recorder.undo))
+            return f"(dry run) {name}"
+
+        return planned
+
+
+def plan_commands(experiment: dict[str, Any], cluster: Cluster) -> list[Planned]:
+    """Per host, what each action of the method and of the rollbacks would run (undo lines marked)."""
+    from chaoslib import substitute
+
+    configuration = experiment.get("configuration", {})
+    with tempfile.TemporaryDirectory(prefix="ha-ops-dry-run-") as journal:
+        planning = PlanningCluster(cluster, Path(journal))
+        with target.using(planning, configuration):  # type: ignore[arg-type]
+            for section in ("method", "rollbacks"):
+                for activity in experiment.get(section) or []:
+                    provider = activity.get("provider", {})
+                    if activity.get("type") != "action" or provider.get("type") != "python":
+                        continue
+                    if provider.get("func") == "hold_fault":
+                        planning.recorder.planned.append(Planned(activity["name"], "-", "hold the fault", False))
+                        continue
+                    planning.recorder.activity = activity.get("name", provider.get("func", ""))
+                    planning.recorder.undo = section == "rollbacks"
+                    func = getattr(importlib.import_module(provider["module"]), provider["func"])
+                    arguments = substitute(provider.get("arguments") or {}, configuration, {})
+                    func(**arguments, configuration=configuration)
+    return planning.recorder.planned
