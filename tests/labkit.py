@@ -76,11 +76,23 @@ def controller_url(lab: Lab, node: str) -> str:
     return f"http://{lab.ctx.layout.node(node).address}:{lab.spec.remediation.port}"
 
 
+def target(lab: Lab) -> dict[str, str]:
+    """The experiment configuration that names this lab (what chaos actions and probes take)."""
+    return {"ha_ops_target": f"lab:{lab.spec.name}"}
+
+
+def cluster(lab: Lab):  # -> LabCluster
+    """The lab behind the cluster port (what the fault journal and the game day take)."""
+    from ha_ops.cluster.lab import LabCluster
+
+    return LabCluster(lab)
+
+
 def leader(lab: Lab) -> str | None:
     """The controller whose /healthz says it leads (None while nobody does)."""
     from ha_ops.chaos.probes import remediation_leader
 
-    found = remediation_leader(lab.spec.name)
+    found = remediation_leader(target(lab))
     return None if found == "none" else found
 
 

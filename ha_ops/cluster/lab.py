@@ -63,7 +63,7 @@ class LabClusterNode:
 
     def _require(self, op: Op) -> None:
         if capability(op) not in self.capabilities:
-            raise CapabilityMissing(f"{self.name} cannot {describe(op)}: it lacks {capability(op)}")
+            raise CapabilityMissing(f"{self.name} lacks {capability(op)} for {describe(op)!r}")
 
     def apply(self, op: Op) -> None:
         self._require(op)

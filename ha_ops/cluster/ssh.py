@@ -56,7 +56,7 @@ class SshNode:
         needed = capability(op)
         if needed not in self.capabilities:
             why = {"power": "no ha_ops_bmc in the inventory", "gpu_faults": "ha_ops_gpu_injection is none"}
-            raise CapabilityMissing(f"{self.name} cannot {describe(op)}: it lacks {needed} ({why.get(needed, '')})")
+            raise CapabilityMissing(f"{self.name} lacks {needed} for {describe(op)!r} ({why.get(needed, '')})")
         if isinstance(op, PowerOp) and (op.permanent or op.repair):
             raise CapabilityMissing(f"{self.name}: a real node's hardware cannot be broken or repaired on purpose "
                                     "(permanent: is for the lab)")  # fmt: skip

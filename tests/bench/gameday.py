@@ -16,6 +16,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from ha_ops.chaos import plan as plans
 from ha_ops.chaos import report
 from ha_ops.chaos.gameday import run_gameday, seconds
+from ha_ops.chaos.target import configuration_for
+from ha_ops.cluster.lab import LabCluster
 from ha_ops.lab.cluster import Lab
 from ha_ops.lab.paths import LabPaths
 from ha_ops.spec import load_spec
@@ -46,7 +48,8 @@ def main() -> None:
     try:
         plan = plans.load_plan(REPO / "chaos" / "gamedays" / "standard.yaml").model_copy(update={"lab": NAME})
         started = time.monotonic()
-        results = run_gameday(plan, lab, progress=lambda line: print(line, flush=True))
+        results = run_gameday(plan, LabCluster(lab), configuration_for(target=f"lab:{NAME}"),
+                              progress=lambda line: print(line, flush=True))  # fmt: skip
         elapsed = time.monotonic() - started
         if keep:
             report.write_reports(plan, results, keep)

@@ -63,9 +63,9 @@ def lab() -> Iterator[Lab]:
 def clean_lab(lab: Lab) -> Iterator[None]:
     """A test that injects faults starts from every node in service with fresh controllers, and leaves it so."""
     from ha_ops.chaos import faults
-    from tests.labkit import reset_remediation
+    from tests.labkit import cluster, reset_remediation
 
     reset_remediation(lab)
     yield
-    faults.cleanup(lab)
+    faults.cleanup(cluster(lab))
     reset_remediation(lab)

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from ha_ops.chaos import faults
-from ha_ops.chaos.probes import reachable
+from ha_ops.chaos.probes import reachable as reachable_probe
 from ha_ops.lab.cluster import Lab
 from ha_ops.util.wait import wait_for
-from tests.labkit import REPO
+from tests.labkit import REPO, cluster, target
 
 pytestmark = [pytest.mark.lab, pytest.mark.usefixtures("clean_lab")]
 
@@ -22,8 +22,12 @@ EXPERIMENTS = REPO / "chaos" / "experiments"
 
 
 def chaos(lab: Lab, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "ha_ops", "chaos", *args, "--lab", lab.spec.name]
+    cmd = [sys.executable, "-m", "ha_ops", "chaos", *args, "--target", f"lab:{lab.spec.name}"]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+
+
+def reachable(source: str, dest: str, lab: Lab) -> bool:
+    return reachable_probe(source, dest, target(lab))
 
 
 def test_gpu_fault_experiment_passes_when_recovery_works(lab: Lab, tmp_path: Path) -> None:
@@ -34,7 +38,7 @@ def test_gpu_fault_experiment_passes_when_recovery_works(lab: Lab, tmp_path: Pat
     assert data["status"] == "completed" and data["deviated"] is False
     outputs = {r["activity"]["name"]: r["output"] for r in data["run"]}
     assert outputs["the controller took the node out of service"].startswith("drained")
-    assert faults.active(lab) == []
+    assert faults.active(cluster(lab)) == []
 
 
 def test_the_same_experiment_goes_red_when_recovery_is_broken(lab: Lab, tmp_path: Path) -> None:
@@ -46,78 +50,95 @@ def test_the_same_experiment_goes_red_when_recovery_is_broken(lab: Lab, tmp_path
     assert result.returncode == 1, result.stdout + result.stderr
     assert "hypothesis violated" in result.stdout
     assert json.loads(journal.read_text())["deviated"] is True
-    assert faults.active(lab) == []
+    assert faults.active(cluster(lab)) == []
 
 
-def test_dry_run_injects_nothing(lab: Lab) -> None:
-    result = chaos(lab, "run", str(EXPERIMENTS / "link-down-held.yaml"), "--dry-run")
-    assert result.returncode == 0
-    assert "action: the uplink goes down" in result.stdout
-    assert reachable("gpu2", "gpu1", lab=lab.spec.name)
-    assert faults.active(lab) == []
+def test_dry_run_injects_nothing_and_prints_the_commands_per_host(lab: Lab) -> None:
+    result = chaos(lab, "run", str(EXPERIMENTS / "silent-link-drop.yaml"), "--dry-run")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "action: the link drops every frame" in result.stdout and "\nthe link carries frames again:" in result.stdout
+    lines = result.stdout.splitlines()
+    assert any("leaf1: nsenter --net=" in ln and "iptables -w -t raw -A HAO-SILENT -i to-spine2 -j DROP" in ln
+               for ln in lines), result.stdout  # fmt: skip
+    assert any(ln.strip().startswith("undo: leaf1:") and "-X HAO-SILENT" in ln for ln in lines), result.stdout
+    assert reachable("gpu1", "gpu2", lab)
+    held = chaos(lab, "run", str(EXPERIMENTS / "link-down-held.yaml"), "--dry-run")
+    assert held.returncode == 0 and "action: the uplink goes down" in held.stdout
+    assert "gpu2: lab " in held.stdout and "gpu2 eth0 down" in held.stdout
+    assert reachable("gpu2", "gpu1", lab)
+    assert faults.active(cluster(lab)) == []
 
 
 def test_cleanup_restores_the_lab_after_the_runner_is_killed_mid_fault(lab: Lab) -> None:
-    cmd = [sys.executable, "-m", "ha_ops", "chaos", "run", str(EXPERIMENTS / "link-down-held.yaml"), "--lab",
-           lab.spec.name]  # fmt: skip
+    cmd = [sys.executable, "-m", "ha_ops", "chaos", "run", str(EXPERIMENTS / "link-down-held.yaml"), "--target",
+           f"lab:{lab.spec.name}"]  # fmt: skip
     runner = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        wait_for("the fault injected", lambda: faults.active(lab) and not reachable("gpu2", "gpu1", lab=lab.spec.name),
+        wait_for("the fault injected", lambda: faults.active(cluster(lab)) and not reachable("gpu2", "gpu1", lab),
                  timeout=30, interval=0.2)  # fmt: skip
     finally:
         runner.kill()
         runner.wait(10)
     time.sleep(0.5)
-    assert not reachable("gpu2", "gpu1", lab=lab.spec.name)  # the killed runner left the link down
+    assert not reachable("gpu2", "gpu1", lab)  # the killed runner left the link down
     result = chaos(lab, "cleanup")
     assert result.returncode == 0 and "link:gpu2:eth0" in result.stdout
-    assert reachable("gpu2", "gpu1", lab=lab.spec.name)
-    assert faults.active(lab) == []
+    assert reachable("gpu2", "gpu1", lab)
+    assert faults.active(cluster(lab)) == []
 
 
 def test_targets_outside_the_spec_are_refused_and_nothing_is_journaled(lab: Lab) -> None:
     from ha_ops.chaos import actions
-    from ha_ops.errors import LabError
+    from ha_ops.chaos.faults import FaultRefused
 
-    name = lab.spec.name
+    conf = target(lab)
     for inject in (
-        lambda: actions.node_loss("gpu9", lab=name),
-        lambda: actions.link_down("gpu1", interface="eth7", lab=name),
-        lambda: actions.gpu_fault("gpu1", gpu=8, lab=name),
-        lambda: actions.kill_service("gpu1", "slurmctld", lab=name),
-        lambda: actions.kill_service("host", "slurmd", lab=name),
-        lambda: actions.partition(["gpu1"], ["db7"], lab=name),
+        lambda: actions.node_loss("gpu9", configuration=conf),
+        lambda: actions.link_down("gpu1", interface="eth7", configuration=conf),
+        lambda: actions.gpu_fault("gpu1", gpu=8, configuration=conf),
+        lambda: actions.kill_service("gpu1", "slurmctld", configuration=conf),
+        lambda: actions.kill_service("host", "slurmd", configuration=conf),
+        lambda: actions.partition(["gpu1"], ["db7"], configuration=conf),
     ):
-        with pytest.raises(LabError, match="refusing target"):
+        with pytest.raises(FaultRefused, match="refusing target"):
             inject()
-    assert faults.active(lab) == []
+    assert faults.active(cluster(lab)) == []
     assert not lab.slurm_problems()
+
+
+def test_a_capability_the_node_lacks_is_refused_before_anything_is_journaled(lab: Lab) -> None:
+    from ha_ops.chaos import actions
+    from ha_ops.cluster.gpu import CapabilityMissing
+
+    with pytest.raises(CapabilityMissing, match="gpu_faults"):
+        actions.gpu_fault("ctl1", gpu=0, configuration=target(lab))  # a controller has no GPUs
+    assert faults.active(cluster(lab)) == []
 
 
 def test_a_fault_beyond_the_concurrency_limit_is_refused_before_it_is_injected(lab: Lab) -> None:
     from ha_ops.chaos import actions
-    from ha_ops.errors import LabError
+    from ha_ops.chaos.faults import FaultRefused
 
-    name = lab.spec.name
+    conf = target(lab)
     with faults.limit(1):
-        actions.link_down("gpu2", lab=name)
+        actions.link_down("gpu2", configuration=conf)
         try:
-            with pytest.raises(LabError, match="limit is 1"):
-                actions.link_down("gpu1", lab=name)
-            assert reachable("gpu1", "gpu3", lab=name)  # the refused fault was not injected
-            assert [f["key"] for f in faults.active(lab)] == ["link:gpu2:eth0"]
+            with pytest.raises(FaultRefused, match="limit is 1"):
+                actions.link_down("gpu1", configuration=conf)
+            assert reachable("gpu1", "gpu3", lab)  # the refused fault was not injected
+            assert [f["key"] for f in faults.active(cluster(lab))] == ["link:gpu2:eth0"]
         finally:
-            faults.cleanup(lab)
-    assert reachable("gpu2", "gpu1", lab=name)
+            faults.cleanup(cluster(lab))
+    assert reachable("gpu2", "gpu1", lab)
 
 
 def test_max_faults_option_lets_a_second_fault_in(lab: Lab) -> None:
     from ha_ops.chaos import actions
 
-    name = lab.spec.name
+    conf = target(lab)
     with faults.limit(2):
-        actions.link_down("gpu2", lab=name)
-        actions.link_down("gpu3", lab=name)
-        assert len(faults.active(lab)) == 2
-        faults.cleanup(lab)
-    assert reachable("gpu2", "gpu3", lab=name)
+        actions.link_down("gpu2", configuration=conf)
+        actions.link_down("gpu3", configuration=conf)
+        assert len(faults.active(cluster(lab))) == 2
+        faults.cleanup(cluster(lab))
+    assert reachable("gpu2", "gpu3", lab)

@@ -19,7 +19,7 @@ from ha_ops.chaos import faults
 from ha_ops.lab.cluster import Lab
 from ha_ops.lab.paths import LabPaths
 from ha_ops.spec import load_spec
-from tests.labkit import REPO, reset_remediation, running_lab
+from tests.labkit import REPO, cluster, reset_remediation, running_lab
 
 pytestmark = pytest.mark.lab
 
@@ -33,7 +33,7 @@ def flab() -> Iterator[Lab]:
     spec = load_spec(REPO / "examples" / "lab-storage.yaml").model_copy(update={"name": NAME})
     with running_lab(Lab(spec, LabPaths.for_lab(NAME))) as lab:
         yield lab
-        faults.cleanup(lab)
+        faults.cleanup(cluster(lab))
 
 
 def gameday(plan: Path, reports: Path, *extra: str) -> subprocess.CompletedProcess:
@@ -67,7 +67,7 @@ def test_the_standard_game_day_passes_end_to_end_within_10_minutes(flab: Lab) ->
     assert hit["GPU XID 79"] and hit["node loss"], hit
     assert elapsed < 600
     assert {p.name for p in reports.iterdir()} >= {"gameday.json", "gameday.junit.xml", "gameday.html"}
-    assert faults.active(flab) == []
+    assert faults.active(cluster(flab)) == []
 
 
 def test_the_game_day_goes_red_naming_the_fault_when_the_slurm_backup_is_disabled(flab: Lab, tmp_path: Path) -> None:
@@ -84,7 +84,7 @@ def test_the_game_day_goes_red_naming_the_fault_when_the_slurm_backup_is_disable
         result = gameday(path, tmp_path / "reports", "--only", "Slurm primary kill", "--only", "GPU XID 79")
     finally:
         flab.node("ctl2").start("slurmctld")
-        faults.cleanup(flab)
+        faults.cleanup(cluster(flab))
     assert result.returncode == 1, result.stdout + result.stderr
     report = json.loads((tmp_path / "reports" / "gameday.json").read_text())
     verdicts = {f["name"]: (f["verdict"], f["why"]) for f in report["faults"]}
@@ -108,4 +108,4 @@ def test_every_runbook_is_verified_in_the_lab(flab: Lab) -> None:
         "remediation-controller-failure", "storage-node-failure", "storage-master-failure", "monitoring-outage",
         "driver-rollout-failure",
     }  # fmt: skip
-    assert faults.active(flab) == []
+    assert faults.active(cluster(flab)) == []

@@ -13,7 +13,7 @@ from ha_ops.lab.http import http_get
 from ha_ops.lab.paths import LabPaths
 from ha_ops.spec import load_spec
 from ha_ops.util.wait import wait_for
-from tests.labkit import REPO, running_lab
+from tests.labkit import REPO, running_lab, target
 
 pytestmark = pytest.mark.lab
 
@@ -67,7 +67,7 @@ def test_cut_a_chunkserver_link_files_stay_readable(slab: Lab) -> None:
 def test_the_chaos_probe_sees_the_storage_through_the_adapter(slab: Lab) -> None:
     from ha_ops.chaos.probes import storage_health
 
-    health = storage_health(lab=slab.spec.name)
+    health = storage_health(target(slab))
     assert health["healthy"] is True and health["master_up"] is True
     assert sorted(health["chunkservers"]) == ["cs1", "cs2", "cs3"]
 
