@@ -63,6 +63,15 @@ def guard_production(cluster: Cluster, confirmed: bool) -> None:
         )
 
 
+def preflight(experiment: dict[str, Any], cluster: Cluster) -> None:
+    """Every action planned without being run (ha_ops.chaos.dryrun): each target host reached, each interface,
+    service, capability and BMC credential checked. Raises the first problem (a HaOpsError with its exit code)
+    before anything is injected."""
+    from ha_ops.chaos.dryrun import plan_commands
+
+    plan_commands(experiment, cluster)
+
+
 def run(experiment: dict[str, Any], cluster: Cluster, roll_back: bool = True) -> dict[str, Any]:
     """Run the experiment; whatever its fate (hypothesis violated, activity failed, Ctrl-C), every fault it left
     journaled is rolled back before this returns. With `roll_back=False` the faults stay (journaled) for the caller

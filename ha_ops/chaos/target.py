@@ -52,11 +52,16 @@ def cluster(configuration: Mapping[str, Any] | None) -> Cluster:
         if current_key == key:
             return current
     if key not in _opened:
-        target, inventory, spec = key
-        _opened[key] = open_cluster(
-            None if inventory else target, Path(inventory) if inventory else None, Path(spec) if spec else None
-        )
+        _opened[key] = open_for(configuration)
     return _opened[key]
+
+
+def open_for(configuration: Mapping[str, Any] | None) -> Cluster:
+    """A fresh handle on the cluster the configuration names."""
+    target, inventory, spec = key_of(configuration)
+    return open_cluster(
+        None if inventory else target, Path(inventory) if inventory else None, Path(spec) if spec else None
+    )
 
 
 @contextmanager

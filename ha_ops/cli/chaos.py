@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import logging
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import typer
@@ -52,22 +54,36 @@ def run(
     if dry_run:
         _dry_run(loaded, configuration, max_faults)
         return
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("[%(asctime)s] %(message)s", "%H:%M:%S"))
-    chaos_log = logging.getLogger("chaostoolkit")
-    chaos_log.addHandler(handler)
-    chaos_log.setLevel(logging.INFO)
-    chaos_log.propagate = False  # progress once, on stderr
     cluster = open_named(configuration)
     runner.guard_production(cluster, confirm_production)
     with faults.limit(max_faults):
-        result = runner.run(loaded, cluster)
+        runner.preflight(loaded, cluster)  # a bad host, key, credential or capability stops it before any fault
+        with _progress():
+            result = runner.run(loaded, cluster)
     if journal is not None:
         journal.write_text(json.dumps(result, indent=2, default=str))
     status, deviated = result.get("status"), result.get("deviated")
     output.result(f"{loaded.get('title')}: {status}" + (" (hypothesis violated)" if deviated else ""))
     if status != "completed" or deviated:
         raise typer.Exit(1)
+
+
+@contextmanager
+def _progress() -> Iterator[None]:
+    """Chaos Toolkit's progress on stderr, once, for this run only."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("[%(asctime)s] %(message)s", "%H:%M:%S"))
+    chaos_log = logging.getLogger("chaostoolkit")
+    before = (chaos_log.level, chaos_log.propagate)
+    chaos_log.addHandler(handler)
+    chaos_log.setLevel(logging.INFO)
+    chaos_log.propagate = False
+    try:
+        yield
+    finally:
+        chaos_log.removeHandler(handler)
+        chaos_log.setLevel(before[0])
+        chaos_log.propagate = before[1]
 
 
 def _dry_run(loaded: dict, configuration: dict[str, str], max_faults: int) -> None:

@@ -57,21 +57,52 @@ def run(
 
 @app.command()
 def schedule(
-    plan: Path = typer.Argument(...),
+    plan: Path = typer.Argument(..., dir_okay=False),
     every: str = typer.Option(..., "--every", help="systemd OnCalendar (e.g. 'Mon 03:00') or a cron expression."),
     kind: str = typer.Option("systemd", "--kind", help="systemd (service + timer) or cronjob (Kubernetes)."),
-    lab: str = typer.Option("lab", "--lab"),
+    inventory: Path | None = InventoryOpt,
+    target: str | None = TargetOpt,
+    timeout_s: int = typer.Option(3600, "--timeout-s", min=60, help="A run that lasts longer is stopped."),
+    ha_ops: Path | None = typer.Option(None, "--ha-ops", help="systemd: the installed ha-ops (default: this one)."),
+    image: str | None = typer.Option(None, "--image", help="cronjob: the ha-ops image, pinned by digest."),
+    secret: str = typer.Option(
+        "ha-ops-cluster", "--secret", help="cronjob: Secret with the inventory, key and known_hosts."
+    ),
+    reports_claim: str = typer.Option("ha-ops-gameday-reports", "--reports-claim", help="cronjob: the reports PVC."),
+    plan_in_image: str | None = typer.Option(None, "--plan-in-image", help="cronjob: the plan's path in the image."),
     out: Path | None = typer.Option(None, "--out", help="Write the files here instead of printing them."),
 ) -> None:
-    """Render a recurring game day: a systemd timer, or a Kubernetes CronJob."""
+    """Render a recurring game day: a systemd service and timer that run the installed ha-ops by absolute path, or
+    a Kubernetes CronJob (image pinned by digest, inventory and SSH key from a Secret, a volume for reports). Each
+    run gets its own report folder and a time limit."""
+    import shutil
+    import sys
+    from pathlib import PurePosixPath
+
     from ha_ops.chaos import plan as plans
-    from ha_ops.chaos.schedule import render_schedule
+    from ha_ops.chaos.schedule import Schedule, render_cronjob, render_systemd
     from ha_ops.errors import SpecError
 
     if kind not in ("systemd", "cronjob"):
         raise SpecError("--kind", [f"{kind!r} is not systemd or cronjob"])
+    if inventory is not None and target is not None:
+        raise SpecError("--target", ["name one cluster: --target and --inventory were both given"])
     plans.load_plan(plan)  # refuse to schedule a plan that does not load
-    files = render_schedule(plan, every, kind, lab)  # type: ignore[arg-type]
+    if inventory is not None:
+        from ha_ops.cluster.inventory import load_inventory
+
+        load_inventory(inventory)  # nor one whose inventory does not
+    wanted = Schedule(plan, every, timeout_s, inventory, target)
+    if kind == "systemd":
+        beside = Path(sys.executable).parent / "ha-ops"
+        found = ha_ops or (beside if beside.exists() else Path(shutil.which("ha-ops") or "ha-ops"))
+        files = render_systemd(wanted, found)
+    else:
+        if image is None:
+            raise SpecError("--image", ["a CronJob needs the ha-ops image, pinned by digest"])
+        in_image = PurePosixPath(plan_in_image or f"/opt/ha-ops/chaos/gamedays/{plan.name}")
+        files = {f"ha-ops-gameday-{plan.stem}-cronjob.yaml": render_cronjob(wanted, image, secret, reports_claim,
+                                                                             in_image)}  # fmt: skip
     for name, text in files.items():
         if out is None:
             output.result(f"# {name}\n{text}")

@@ -79,7 +79,9 @@ def main() -> None:
     except SystemExit:
         raise
     except HaOpsError as exc:
-        if isinstance(exc, SpecError):
+        if isinstance(exc, SpecError) and len(exc.problems) == 1:
+            output.error(f"{exc.source}: {exc.problems[0]}")  # one problem, one line
+        elif isinstance(exc, SpecError):
             output.error(f"{exc.source}: invalid")
             for problem in exc.problems:
                 output.error(f"  {problem}")

@@ -37,6 +37,7 @@ def named(
 
 
 def open_named(configuration: dict[str, str]) -> Cluster:
-    from ha_ops.chaos import target
+    """A fresh handle on the cluster the entries name (the run hands it to every activity: target.using)."""
+    from ha_ops.chaos.target import open_for
 
-    return target.cluster(configuration)
+    return open_for(configuration)

@@ -14,7 +14,7 @@ from ha_ops.cluster.commands import Command
 from ha_ops.cluster.gpu import CapabilityMissing, DcgmInjector, FakeBackendInjector, GpuInjector
 from ha_ops.cluster.inventory import Inventory, InventoryHost
 from ha_ops.cluster.ops import FilterOp, GpuOp, LinkOp, Op, PowerOp, QdiscOp, ServiceOp, capability, describe
-from ha_ops.cluster.power import PowerBackend, backend
+from ha_ops.cluster.power import PowerBackend, backend, password
 from ha_ops.errors import HaOpsError, SpecError
 from ha_ops.schedulers.slurm import Slurm
 from ha_ops.spec.layout import compute_layout
@@ -57,9 +57,11 @@ class SshNode:
         if needed not in self.capabilities:
             why = {"power": "no ha_ops_bmc in the inventory", "gpu_faults": "ha_ops_gpu_injection is none"}
             raise CapabilityMissing(f"{self.name} lacks {needed} for {describe(op)!r} ({why.get(needed, '')})")
-        if isinstance(op, PowerOp) and (op.permanent or op.repair):
-            raise CapabilityMissing(f"{self.name}: a real node's hardware cannot be broken or repaired on purpose "
+        if isinstance(op, PowerOp) and op.permanent:
+            raise CapabilityMissing(f"{self.name}: a real node's hardware cannot be broken on purpose "
                                     "(permanent: is for the lab)")  # fmt: skip
+        if isinstance(op, PowerOp) and self.host.bmc is not None:
+            password(self.host.bmc, self.name)  # a missing credential is refused before anything is journaled
 
     def commands(self, op: Op) -> list[Command]:
         if isinstance(op, ServiceOp):

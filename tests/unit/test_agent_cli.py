@@ -58,7 +58,7 @@ def test_check_config_names_the_bad_field(
     path = write(tmp_path, GOOD.replace(*change))
     assert run_main(monkeypatch, "agent", "check-config", str(path)) == 2
     err = capsys.readouterr().err
-    assert f"{path}: invalid" in err
+    assert err.startswith(f"error: {path}: ")  # naming the file, then the field (one line when one problem)
     assert f"{field}:" in err
 
 

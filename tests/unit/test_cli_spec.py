@@ -57,7 +57,7 @@ def test_validate_invalid_spec_exits_2_naming_the_field(
     assert run_main(monkeypatch, "spec", "validate", str(invalid_spec)) == 2
     out, err = capsys.readouterr()
     assert out == ""
-    assert f"{invalid_spec}: invalid" in err
+    assert err.startswith(f"error: {invalid_spec}: ")
     assert "fabric.uplinks_per_leaf" in err
     assert "only 2 spines" in err
 

@@ -67,7 +67,7 @@ def test_a_node_runs_exactly_what_it_renders() -> None:
     assert recorder.ran[-1][0] == ["systemctl", "kill", "--signal=SIGSTOP", "slurmd"]
 
 
-def test_what_a_node_lacks_is_refused_before_anything_runs() -> None:
+def test_what_a_node_lacks_is_refused_before_anything_runs(monkeypatch: pytest.MonkeyPatch) -> None:
     recorder = Recorder()
     node = SshNode(host(), recorder, gpus=8)  # type: ignore[arg-type]
     assert node.capabilities == {"services", "links", "filters", "qdisc"}
@@ -77,7 +77,8 @@ def test_what_a_node_lacks_is_refused_before_anything_runs() -> None:
         assert info.value.exit_code == 2
         with pytest.raises(CapabilityMissing):
             node.render(op)
-    bmc = BmcConfig(kind="ipmi", address="10.9.0.1", user="admin", password_env="X")
+    monkeypatch.setenv("HAO_TEST_BMC_PASSWORD", "secret")
+    bmc = BmcConfig(kind="ipmi", address="10.9.0.1", user="admin", password_env="HAO_TEST_BMC_PASSWORD")
     powered = SshNode(host(bmc=bmc), recorder, gpus=8)  # type: ignore[arg-type]
     assert "power" in powered.capabilities
     with pytest.raises(CapabilityMissing, match="permanent"):

@@ -11,7 +11,6 @@ from pydantic import ValidationError
 from ha_ops.chaos.gameday import FaultResult
 from ha_ops.chaos.plan import load_plan
 from ha_ops.chaos.report import report_html, report_json, report_junit
-from ha_ops.chaos.schedule import render_schedule
 from ha_ops.errors import SpecError
 
 PLAN = Path(__file__).resolve().parents[2] / "chaos" / "gamedays" / "gpu.yaml"
@@ -58,13 +57,48 @@ def test_reports_carry_the_measurements() -> None:
     assert page.count("<svg") == 2 and "FAILED" in page and "<script" not in page
 
 
-def test_schedules_render_for_systemd_and_kubernetes() -> None:
-    systemd = render_schedule(PLAN, "Mon 03:00", "systemd", "lab")
-    assert "OnCalendar=Mon 03:00" in systemd["ha-ops-gameday.timer"]
-    assert "ExecStart=ha-ops gameday run" in systemd["ha-ops-gameday.service"]
-    cron = yaml.safe_load(render_schedule(PLAN, "0 3 * * 1", "cronjob", "lab")["ha-ops-gameday-cronjob.yaml"])
+def test_a_systemd_schedule_runs_the_installed_ha_ops_with_the_inventory_a_time_limit_and_a_folder_per_run(
+    tmp_path: Path,
+) -> None:
+    from ha_ops.chaos.schedule import Schedule, render_systemd
+
+    inventory = tmp_path / "hosts.yml"
+    files = render_systemd(Schedule(PLAN, "Mon 03:00", 1800, inventory), Path("/opt/ha-ops/bin/ha-ops"))
+    assert "OnCalendar=Mon 03:00" in files["ha-ops-gameday.timer"]
+    service = files["ha-ops-gameday.service"]
+    (exec_line,) = [line for line in service.splitlines() if line.startswith("ExecStart=")]
+    assert exec_line.startswith("ExecStart=/bin/sh -c 'exec /opt/ha-ops/bin/ha-ops gameday run ")
+    assert f"--inventory {inventory.resolve()}" in exec_line and str(PLAN.resolve()) in exec_line
+    assert '--report-dir "/var/lib/ha-ops/gamedays/$(date -u +%%Y%%m%%dT%%H%%M%%SZ)"' in exec_line  # systemd's %%
+    assert "TimeoutStartSec=1800" in service
+    with pytest.raises(SpecError, match="not an absolute path"):
+        render_systemd(Schedule(PLAN, "daily", inventory=inventory), Path("ha-ops"))
+
+
+def test_a_cronjob_schedule_pins_its_image_and_mounts_the_inventory_from_a_secret(tmp_path: Path) -> None:
+    from pathlib import PurePosixPath
+
+    from ha_ops.chaos.schedule import Schedule, render_cronjob
+
+    image = "registry.example/ha-ops@sha256:" + "ab" * 32
+    wanted = Schedule(PLAN, "0 3 * * 1", 900, tmp_path / "hosts.yml")
+    cron = yaml.safe_load(render_cronjob(wanted, image, "ha-ops-cluster", "reports", PurePosixPath("/opt/p.yaml")))
     assert cron["kind"] == "CronJob" and cron["spec"]["schedule"] == "0 3 * * 1"
     assert cron["spec"]["concurrencyPolicy"] == "Forbid"
+    job = cron["spec"]["jobTemplate"]["spec"]
+    assert job["activeDeadlineSeconds"] == 900 and job["backoffLimit"] == 0
+    pod = job["template"]["spec"]
+    [container] = pod["containers"]
+    assert container["image"] == image
+    command = container["command"][2]
+    assert "ha-ops gameday run /opt/p.yaml --inventory /etc/ha-ops/cluster/hosts.yml" in command
+    assert '--report-dir "/reports/$(date -u +%Y%m%dT%H%M%SZ)"' in command
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["cluster"]["secret"]["secretName"] == "ha-ops-cluster"
+    assert volumes["reports"]["persistentVolumeClaim"]["claimName"] == "reports"
+    assert {"name": "cluster", "mountPath": "/etc/ha-ops/cluster", "readOnly": True} in container["volumeMounts"]
+    with pytest.raises(SpecError, match="not pinned by digest"):
+        render_cronjob(wanted, "registry.example/ha-ops:latest", "s", "r", PurePosixPath("/opt/p.yaml"))
 
 
 def test_a_production_spec_or_inventory_needs_the_confirmation_flag(tmp_path: Path) -> None:

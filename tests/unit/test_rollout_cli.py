@@ -95,7 +95,7 @@ def test_bad_flags_exit_2_naming_the_flag(
     assert run_main(monkeypatch, *plan_args(*flags)) == 2
     out, err = capsys.readouterr()
     assert out == ""
-    assert "rollout flags: invalid" in err
+    assert err.startswith("error: rollout flags: ")
     assert expected in " ".join(err.split()), err
 
 
