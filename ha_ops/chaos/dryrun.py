@@ -17,6 +17,9 @@ from ha_ops.cluster.base import Cluster, ClusterNode
 from ha_ops.cluster.ops import Op
 from ha_ops.util.proc import CommandResult
 
+# The lab's extras (ha_ops.cluster.lab.LabCluster) that change the cluster.
+ACTING_EXTRAS = ("driver_rollout", "end_driver_rollout", "storage_data_intact", "placeholders")
+
 
 @dataclass
 class Planned:
@@ -96,9 +99,11 @@ class PlanningCluster:
         return None
 
     def __getattr__(self, name: str) -> Any:
-        # The lab's extras (driver_rollout, ...): recorded, not run.
+        # The lab's extras: those that act (a driver rollout) are recorded, not run; those that read pass through.
         if not hasattr(self.real, name):
             raise AttributeError(name)
+        if name not in ACTING_EXTRAS:
+            return getattr(self.real, name)
 
         def planned(*args: Any, **kwargs: Any) -> str:
             shown = ", ".join([*map(repr, args), *(f"{k}={v!r}" for k, v in kwargs.items())])

@@ -190,6 +190,8 @@ def run_gameday(
     runner.guard_production(cluster, confirm_production)
     results = []
     with faults.limit(plan.limits.max_concurrent_faults), target.using(cluster, configuration):
+        for fault in plan.faults:  # every target reachable and able, before the first fault goes in
+            runner.preflight(runner.load_experiment(fault.experiment, configuration, fault.vars), cluster)
         for i, fault in enumerate(plan.faults):
             if progress:
                 progress(f"[{i + 1}/{len(plan.faults)}] {fault.name}")

@@ -120,6 +120,7 @@ def _verify(path: Path, cluster: Cluster, configuration: dict[str, str]) -> Veri
     runbook, _ = load_runbook(path)
     result = Verification(runbook.id)
     experiment = runner.load_experiment(runbook.trigger.experiment, configuration, dict(runbook.trigger.vars))
+    runner.preflight(experiment, cluster)  # every target reachable and able, before the failure goes in
     claims: list[StepResult] = []
     experiment_over = threading.Event()
     baselines = baselines_of(list(runbook.checks), configuration)  # for claims that wait for a change
