@@ -1,4 +1,4 @@
-"""ha-ops as a Chaos Toolkit extension: fault actions and probes against the lab (ha_ops.chaos.actions,
+"""ha-ops as a Chaos Toolkit extension: fault actions and probes against a cluster (ha_ops.chaos.actions,
 ha_ops.chaos.probes), the fault journal that guarantees rollbacks, and the runner behind `ha-ops chaos run`."""
 
 from __future__ import annotations

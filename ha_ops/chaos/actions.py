@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ha_ops.chaos import faults, hold, target
+from ha_ops.chaos import faults, hold, rollbacks, target
 from ha_ops.chaos.faults import FaultRefused
 from ha_ops.cluster.base import Cluster
 from ha_ops.cluster.gpu import CapabilityMissing
@@ -98,6 +98,8 @@ def gpu_fault(
         raise FaultRefused(f"fault {fault!r} is not one of: {', '.join(GPU_FAULTS)}")
     cluster = _cluster(configuration)
     _target(cluster, node)
+    if "gpu_faults" not in cluster.node(node).capabilities:
+        raise CapabilityMissing(f"{node} lacks gpu_faults: it takes no GPU fault (no GPUs, or no injection)")
     gpus = next((n.gpus for n in cluster.layout.nodes if n.name == node), 0)
     if not 0 <= gpu < gpus:
         raise FaultRefused(f"refusing target {node} GPU{gpu}: {node} has {gpus} GPUs")
@@ -161,6 +163,8 @@ def start_service(node: str, service: str, configuration: Configuration = None) 
     cluster = _cluster(configuration)
     for op in _service_back(node, service):
         cluster.node(node).apply(op)
+    if service == "slurmctld":
+        rollbacks.slurm_controllers_back(cluster)  # as the journal's undo would: every slurmctld answers again
     faults.forget(cluster, f"service:{node}:{service}")
     return f"started {node}/{service}"
 

@@ -89,8 +89,9 @@ def job_runs(timeout_s: float = 20.0, configuration: Configuration = None) -> bo
         return False
 
 
-def _node_states(cluster: Cluster) -> dict[str, str] | None:
-    out = _sinfo(cluster, "-N", "-p", _partition(cluster), "-o", "%N|%T")
+def _node_states(cluster: Cluster, partition: str | None = None) -> dict[str, str] | None:
+    """Node -> state, in one partition or all (spares may wait outside the main one)."""
+    out = _sinfo(cluster, "-N", *(["-p", partition] if partition else []), "-o", "%N|%T")
     return None if out is None else dict(line.split("|", 1) for line in out.split() if "|" in line)
 
 
@@ -99,7 +100,7 @@ def gpu_capacity_in_service(configuration: Configuration = None) -> bool:
     have non-spare nodes: capacity holds, with spares standing in for nodes that are out."""
     cluster = _cluster(configuration)
     wanted = sum(1 for n in cluster.layout.nodes_with_role("gpu") if not n.spare)
-    states = _node_states(cluster) or {}
+    states = _node_states(cluster, _partition(cluster)) or {}
     return sum(1 for s in states.values() if s in IN_SERVICE) >= wanted
 
 

@@ -133,7 +133,7 @@ class LabCluster:
         return LabClusterNode(self.lab, name)
 
     def slurm(self) -> Slurm:
-        return Slurm(self.lab.transport(self.layout.nodes_with_role("gpu")[0].name), timeout=15)
+        return Slurm(self.lab.transport(self.layout.nodes_with_role("gpu")[0].name))
 
     def http(
         self, service: Service, path: str, *, host: str | None = None, method: str = "GET", body: bytes | None = None,

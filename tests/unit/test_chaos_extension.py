@@ -35,6 +35,13 @@ def test_discovered_activities_are_exactly_these() -> None:
     }  # fmt: skip
 
 
+def test_chaos_toolkit_discovers_the_extension_by_its_package_name() -> None:
+    from chaoslib.discovery.discover import discover as chaos_discover
+
+    found = chaos_discover("ha-ops", download_and_install=False)  # what `chaos discover ha-ops` calls
+    assert {a["name"] for a in found["activities"]} == {a["name"] for a in discover()["activities"]}
+
+
 @pytest.mark.parametrize("name", sorted(p.name for p in EXPERIMENTS.glob("*.yaml")))
 def test_shipped_experiments_are_valid_and_point_at_the_cluster_they_are_given(name: str) -> None:
     experiment = load_experiment(EXPERIMENTS / name, configuration_for(target="lab:mylab"), {"node": "gpu9"})
