@@ -1,0 +1,183 @@
+"""The lab's BMC, speaking Redfish: one ComputerSystem per lab host under /redfish/v1/Systems/<host>, with its
+PowerState and the ComputerSystem.Reset action, behind HTTP basic authentication. A reset powers the lab node off or
+cycles it (ha_ops.lab.node: every process killed and every link down; booted again with its services), so the
+node-loss fault and the remediation controller's fence go through the same Redfish client a real BMC gets.
+
+Only what a power backend needs is served: the service root, the Systems collection, each system, and its reset.
+"""
+
+from __future__ import annotations
+
+import base64
+import hmac
+import json
+import logging
+import threading
+from collections.abc import Callable
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Protocol
+
+log = logging.getLogger(__name__)
+
+ROOT = "/redfish/v1"
+RESET_TYPES = ("On", "ForceOff", "GracefulShutdown", "ForceRestart", "PowerCycle")
+
+
+class Machines(Protocol):
+    """What the BMC drives: the lab's nodes (or, in a unit test, a dictionary)."""
+
+    def names(self) -> list[str]: ...
+
+    def powered_on(self, name: str) -> bool: ...
+
+    def reset(self, name: str, reset_type: str) -> None: ...
+
+
+def _system(name: str, on: bool) -> dict[str, Any]:
+    path = f"{ROOT}/Systems/{name}"
+    return {
+        "@odata.id": path,
+        "@odata.type": "#ComputerSystem.v1_13_0.ComputerSystem",
+        "Id": name,
+        "Name": name,
+        "SystemType": "Physical",
+        "PowerState": "On" if on else "Off",
+        "Status": {"State": "Enabled", "Health": "OK"},
+        "Actions": {
+            "#ComputerSystem.Reset": {
+                "target": f"{path}/Actions/ComputerSystem.Reset",
+                "ResetType@Redfish.AllowableValues": list(RESET_TYPES),
+            }
+        },
+    }
+
+
+def make_handler(machines: Machines, user: str, password: str) -> type[BaseHTTPRequestHandler]:
+    expected = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, fmt: str, *args: Any) -> None:
+            log.debug("bmc: " + fmt, *args)
+
+        def _send(self, status: int, body: dict[str, Any] | None = None) -> None:
+            data = json.dumps(body).encode() if body is not None else b""
+            self.send_response(status)
+            if body is not None:
+                self.send_header("Content-Type", "application/json")
+                self.send_header("OData-Version", "4.0")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def _error(self, status: HTTPStatus, message: str) -> None:
+            self._send(status, {"error": {"code": "Base.1.8.GeneralError", "message": message}})
+
+        def _authorized(self) -> bool:
+            given = self.headers.get("Authorization", "")
+            if hmac.compare_digest(given.encode(), expected.encode()):
+                return True
+            self._error(HTTPStatus.UNAUTHORIZED, "authentication required")
+            return False
+
+        def _path(self) -> str:
+            return self.path.split("?", 1)[0].rstrip("/") or "/"
+
+        def do_GET(self) -> None:
+            path = self._path()
+            if path == ROOT:  # the service root answers without credentials, as Redfish requires
+                self._send(200, {
+                    "@odata.id": f"{ROOT}/", "@odata.type": "#ServiceRoot.v1_5_0.ServiceRoot", "Id": "RootService",
+                    "Name": "ha-ops lab BMC", "RedfishVersion": "1.8.0",
+                    "UUID": "8f1c0a52-0b44-4c36-9d57-6a1d7e1b9e01",
+                    "Systems": {"@odata.id": f"{ROOT}/Systems"},
+                })  # fmt: skip
+                return
+            if not self._authorized():
+                return
+            names = machines.names()
+            if path == f"{ROOT}/Systems":
+                self._send(200, {
+                    "@odata.id": f"{ROOT}/Systems",
+                    "@odata.type": "#ComputerSystemCollection.ComputerSystemCollection",
+                    "Name": "Computer System Collection",
+                    "Members": [{"@odata.id": f"{ROOT}/Systems/{n}"} for n in names],
+                    "Members@odata.count": len(names),
+                })  # fmt: skip
+                return
+            name = path.removeprefix(f"{ROOT}/Systems/")
+            if path.startswith(f"{ROOT}/Systems/") and name in names:
+                self._send(200, _system(name, machines.powered_on(name)))
+                return
+            self._error(HTTPStatus.NOT_FOUND, f"no resource {path}")
+
+        def do_POST(self) -> None:
+            if not self._authorized():
+                return
+            path = self._path()
+            prefix, suffix = f"{ROOT}/Systems/", "/Actions/ComputerSystem.Reset"
+            name = path.removeprefix(prefix).removesuffix(suffix)
+            if not (path.startswith(prefix) and path.endswith(suffix) and name in machines.names()):
+                self._error(HTTPStatus.NOT_FOUND, f"no action {path}")
+                return
+            try:
+                length = int(self.headers.get("Content-Length") or 0)
+                reset_type = json.loads(self.rfile.read(length) or b"{}").get("ResetType")
+            except (ValueError, AttributeError):
+                self._error(HTTPStatus.BAD_REQUEST, "the body is not a JSON object")
+                return
+            if reset_type not in RESET_TYPES:
+                self._error(HTTPStatus.BAD_REQUEST, f"ResetType {reset_type!r} is not one of {', '.join(RESET_TYPES)}")
+                return
+            try:
+                machines.reset(name, reset_type)
+            except Exception as exc:  # a node that does not come back: the BMC did its part
+                log.warning("bmc: %s %s: %s", reset_type, name, exc)
+            self._send(HTTPStatus.NO_CONTENT)
+
+    return Handler
+
+
+class Bmc:
+    """The Redfish service on `address:port` (port 0: any free one), served from its own threads."""
+
+    def __init__(self, machines: Machines, user: str, password: str, address: str = "127.0.0.1", port: int = 0) -> None:
+        self.server = ThreadingHTTPServer((address, port), make_handler(machines, user, password))
+        self.server.daemon_threads = True
+        self._thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.2},
+                                        name="lab-bmc", daemon=True)  # fmt: skip
+
+    @property
+    def url(self) -> str:
+        host, port = self.server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def start(self) -> Bmc:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self._thread.join(5)
+
+
+class DictMachines:
+    """Machines as a dictionary of power states: for the BMC's own tests, and what a reset would do to each."""
+
+    def __init__(self, on: dict[str, bool], on_reset: Callable[[str, str], None] | None = None) -> None:
+        self.on = on
+        self.on_reset = on_reset
+
+    def names(self) -> list[str]:
+        return list(self.on)
+
+    def powered_on(self, name: str) -> bool:
+        return self.on[name]
+
+    def reset(self, name: str, reset_type: str) -> None:
+        self.on[name] = reset_type not in ("ForceOff", "GracefulShutdown")
+        if self.on_reset:
+            self.on_reset(name, reset_type)

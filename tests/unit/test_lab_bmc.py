@@ -1,0 +1,75 @@
+"""The lab's Redfish BMC, driven by the Redfish power backend (sushy) as a real BMC would be: power state, resets,
+basic authentication, and what it refuses. The machines here are a dictionary; in the lab they are the lab's nodes."""
+
+from __future__ import annotations
+
+import base64
+import json
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+
+import pytest
+
+from ha_ops.cluster.power import BmcConfig, RedfishPower
+from ha_ops.errors import SpecError, TransportError
+from ha_ops.lab.bmc import Bmc, DictMachines
+
+
+@pytest.fixture
+def bmc() -> Iterator[tuple[Bmc, DictMachines, list[tuple[str, str]]]]:
+    resets: list[tuple[str, str]] = []
+    machines = DictMachines({"gpu1": True, "gpu2": True}, on_reset=lambda n, r: resets.append((n, r)))
+    server = Bmc(machines, "admin", "lab-secret").start()
+    try:
+        yield server, machines, resets
+    finally:
+        server.stop()
+
+
+def power(url: str, system: str | None = "/redfish/v1/Systems/gpu1") -> RedfishPower:
+    return RedfishPower("gpu1", BmcConfig(kind="redfish", address=url, user="admin", password_env="HAO_LAB_BMC",
+                                          system=system, timeout_s=5))  # fmt: skip
+
+
+def test_power_off_and_cycle_through_redfish(bmc, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    server, machines, resets = bmc
+    monkeypatch.setenv("HAO_LAB_BMC", "lab-secret")
+    backend = power(server.url)
+    assert backend.state() == "on"
+    backend.act("off")
+    assert machines.on == {"gpu1": False, "gpu2": True} and backend.state() == "off"
+    backend.act("cycle")  # off: switched on
+    backend.act("cycle")  # on: power-cycled
+    assert resets == [("gpu1", "ForceOff"), ("gpu1", "On"), ("gpu1", "PowerCycle")]
+    assert machines.on["gpu1"] is True
+
+
+def test_credentials_and_systems_are_checked(bmc, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    server, _, resets = bmc
+    monkeypatch.setenv("HAO_LAB_BMC", "wrong")
+    with pytest.raises(TransportError, match="gpu1: Redfish at"):
+        power(server.url).state()
+    monkeypatch.setenv("HAO_LAB_BMC", "lab-secret")
+    with pytest.raises(TransportError, match="gpu1: Redfish at"):
+        power(server.url, "/redfish/v1/Systems/gpu9").state()
+    with pytest.raises(SpecError, match="has 2 systems; name one"):
+        power(server.url, None).state()
+    assert resets == []
+
+
+def test_the_raw_protocol(bmc) -> None:  # type: ignore[no-untyped-def]
+    server, _, resets = bmc
+    with urllib.request.urlopen(server.url + "/redfish/v1/", timeout=5) as answer:  # the root needs no login
+        assert json.loads(answer.read())["Systems"] == {"@odata.id": "/redfish/v1/Systems"}
+    with pytest.raises(urllib.error.HTTPError) as info:
+        urllib.request.urlopen(server.url + "/redfish/v1/Systems", timeout=5)
+    assert info.value.code == 401
+    auth = {"Authorization": "Basic " + base64.b64encode(b"admin:lab-secret").decode()}
+    action = server.url + "/redfish/v1/Systems/gpu2/Actions/ComputerSystem.Reset"
+    body = json.dumps({"ResetType": "Explode"}).encode()
+    bad = urllib.request.Request(action, data=body, headers=auth, method="POST")
+    with pytest.raises(urllib.error.HTTPError) as info:
+        urllib.request.urlopen(bad, timeout=5)
+    assert info.value.code == 400 and b"ResetType 'Explode'" in info.value.read()
+    assert resets == []
