@@ -39,15 +39,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
                 item.add_marker(pytest.mark.xfail(reason="lab tests need root", run=False, strict=True))
 
 
-# Every lab the suite builds (the session's and those of test_full_lab, test_storage, test_kubernetes, test_infra_lab
-# and test_lab_teardown): nothing of any may outlive the run.
-TEST_LABS = (LAB_NAME, "itfull", "itstor", "itk8s", "itpulumi", "ttear")
+def labs_built(items: list[pytest.Item]) -> list[str]:
+    """Every lab the run builds: the session's, and each module's own (a module that builds one names it LAB_NAME)."""
+    modules = {getattr(item, "module", None) for item in items}
+    return [LAB_NAME, *sorted({m.LAB_NAME for m in modules if m is not None and hasattr(m, "LAB_NAME")} - {LAB_NAME})]
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if os.geteuid() != 0:
         return
-    left = [f"lab {name}: {what}" for name in TEST_LABS for what in leftovers(name)]
+    # Nothing of any lab the run built may outlive it.
+    left = [f"lab {name}: {what}" for name in labs_built(session.items) for what in leftovers(name)]
     if left:
         sys.stderr.write("\nthe integration run left these behind:\n  " + "\n  ".join(left) + "\n")
         session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -23,21 +23,21 @@ from tests.labkit import REPO, cluster, reset_remediation, running_lab
 
 pytestmark = pytest.mark.lab
 
-NAME = "itfull"
+LAB_NAME = "itfull"  # the lab this module builds: the suite checks nothing of it is left (conftest)
 STANDARD = REPO / "chaos" / "gamedays" / "standard.yaml"
 ARTIFACTS = Path(os.environ.get("HA_OPS_ARTIFACTS", REPO / "artifacts"))
 
 
 @pytest.fixture(scope="module")
 def flab() -> Iterator[Lab]:
-    spec = load_spec(REPO / "examples" / "lab-storage.yaml").model_copy(update={"name": NAME})
-    with running_lab(Lab(spec, LabPaths.for_lab(NAME))) as lab:
+    spec = load_spec(REPO / "examples" / "lab-storage.yaml").model_copy(update={"name": LAB_NAME})
+    with running_lab(Lab(spec, LabPaths.for_lab(LAB_NAME))) as lab:
         yield lab
         faults.cleanup(cluster(lab))
 
 
 def gameday(plan: Path, reports: Path, *extra: str) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "ha_ops", "gameday", "run", str(plan), "--lab", NAME, "--report-dir", str(reports),
+    cmd = [sys.executable, "-m", "ha_ops", "gameday", "run", str(plan), "--lab", LAB_NAME, "--report-dir", str(reports),
            "--json", *extra]  # fmt: skip
     return subprocess.run(cmd, capture_output=True, text=True, timeout=900)
 
@@ -97,7 +97,7 @@ def test_the_game_day_goes_red_naming_the_fault_when_the_slurm_backup_is_disable
 
 def test_every_runbook_is_verified_in_the_lab(flab: Lab) -> None:
     reset_remediation(flab)
-    cmd = [sys.executable, "-m", "ha_ops", "runbook", "verify", "--all", "--lab", NAME, "--json"]
+    cmd = [sys.executable, "-m", "ha_ops", "runbook", "verify", "--all", "--lab", LAB_NAME, "--json"]
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
     reports = json.loads(result.stdout) if result.stdout.strip().startswith("[") else []
     stale = {r["runbook"]: [s for s in r["steps"] if not s["ok"]] for r in reports if r["stale"]}

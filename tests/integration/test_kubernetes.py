@@ -24,15 +24,15 @@ from tests.labkit import REPO, lab_spec, running_lab
 
 pytestmark = [pytest.mark.lab, pytest.mark.tools]  # the lab, and the Go-built tools
 
-NAME = "itk8s"
+LAB_NAME = "itk8s"  # the lab this module builds: the suite checks nothing of it is left (conftest)
 IMAGE = "registry.invalid/ha-ops/trainer@sha256:" + "0" * 64  # KWOK never pulls it
 
 
 @pytest.fixture(scope="module")
 def klab() -> Iterator[Lab]:
-    spec = lab_spec(NAME).model_copy(update={"kubernetes": Kubernetes()})
+    spec = lab_spec(LAB_NAME).model_copy(update={"kubernetes": Kubernetes()})
     started = time.monotonic()
-    with running_lab(Lab(spec, LabPaths.for_lab(NAME))) as lab:
+    with running_lab(Lab(spec, LabPaths.for_lab(LAB_NAME))) as lab:
         print(f"\nlab with Kubernetes up in {time.monotonic() - started:.0f} s")
         yield lab
 

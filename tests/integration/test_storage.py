@@ -17,13 +17,13 @@ from tests.labkit import REPO, running_lab, target
 
 pytestmark = pytest.mark.lab
 
-NAME = "itstor"
+LAB_NAME = "itstor"  # the lab this module builds: the suite checks nothing of it is left (conftest)
 
 
 @pytest.fixture(scope="module")
 def slab() -> Iterator[Lab]:
-    spec = load_spec(REPO / "examples" / "lab-storage.yaml").model_copy(update={"name": NAME})
-    with running_lab(Lab(spec, LabPaths.for_lab(NAME))) as lab:
+    spec = load_spec(REPO / "examples" / "lab-storage.yaml").model_copy(update={"name": LAB_NAME})
+    with running_lab(Lab(spec, LabPaths.for_lab(LAB_NAME))) as lab:
         yield lab
 
 
