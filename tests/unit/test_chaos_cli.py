@@ -37,9 +37,9 @@ def inventory(tmp_path: Path, text: str, name: str = "hosts.ini") -> Path:
 
 
 def chaos(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
+    """The exit code and what went to stderr (a dry run's plan goes to stdout)."""
     code = run_main(monkeypatch, "chaos", "run", *args)
-    captured = capsys.readouterr()
-    return code, (captured.err + captured.out).strip()
+    return code, capsys.readouterr().err.strip()
 
 
 def journal_is_empty(tmp_path: Path) -> bool:
@@ -65,33 +65,34 @@ def test_a_bad_inventory_is_named(
     assert journal_is_empty(tmp_path)
 
 
-def test_a_target_outside_the_inventory_is_refused_before_anything_is_journaled(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    inv = inventory(tmp_path, "[gpu_nodes]\ngpu1 ansible_host=127.0.0.1\n")
-    code, said = chaos(monkeypatch, capsys, str(HELD), "--inventory", str(inv), "--spec", str(SPEC), "--dry-run")
-    assert code == 2 and "refusing target 'gpu2': not a host of cluster 'lab' (it has gpu1)" in said, said
-    assert journal_is_empty(tmp_path)
+BMC_WITHOUT_CREDENTIAL = (
+    "all:\n  hosts:\n    gpu2:\n      ansible_host: 127.0.0.1\n      ha_ops_bmc: {kind: redfish, address: "
+    "'https://127.0.0.1:1', user: admin, password_env: HAO_NO_SUCH_BMC_PASSWORD}\n"
+)
 
 
-def test_a_missing_bmc_credential_is_named(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
+@pytest.mark.parametrize(
+    ("hosts", "name", "experiment", "message"),
+    [
+        # A target outside the inventory.
+        ("[gpu_nodes]\ngpu1 ansible_host=127.0.0.1\n", "hosts.ini", HELD,
+         "refusing target 'gpu2': not a host of cluster 'lab' (it has gpu1)"),
+        # A BMC whose credential is not there.
+        (BMC_WITHOUT_CREDENTIAL, "hosts.yml", NODE_LOSS,
+         "gpu2.ha_ops_bmc: password_env: environment variable HAO_NO_SUCH_BMC_PASSWORD is not set"),
+        # A capability the host lacks: power without a BMC.
+        ("[gpu_nodes]\ngpu2 ansible_host=127.0.0.1\n", "hosts.ini", NODE_LOSS,
+         "gpu2 lacks power for 'power off gpu2' (no ha_ops_bmc in the inventory)"),
+    ],
+)  # fmt: skip
+def test_a_fault_that_may_not_go_in_is_named_before_anything_is_journaled(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+    hosts: str, name: str, experiment: Path, message: str,
+) -> None:  # fmt: skip
     monkeypatch.delenv("HAO_NO_SUCH_BMC_PASSWORD", raising=False)
-    inv = inventory(tmp_path, "all:\n  hosts:\n    gpu2:\n      ansible_host: 127.0.0.1\n      ha_ops_bmc: {kind: "
-                    "redfish, address: 'https://127.0.0.1:1', user: admin, password_env: HAO_NO_SUCH_BMC_PASSWORD}\n",
-                    "hosts.yml")  # fmt: skip
-    code, said = chaos(monkeypatch, capsys, str(NODE_LOSS), "--inventory", str(inv), "--spec", str(SPEC), "--dry-run")
-    assert code == 2 and "gpu2.ha_ops_bmc: password_env: environment variable HAO_NO_SUCH_BMC_PASSWORD" in said, said
-    assert journal_is_empty(tmp_path)
-
-
-def test_a_capability_the_host_lacks_is_named(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    inv = inventory(tmp_path, "[gpu_nodes]\ngpu2 ansible_host=127.0.0.1\n")
-    code, said = chaos(monkeypatch, capsys, str(NODE_LOSS), "--inventory", str(inv), "--spec", str(SPEC), "--dry-run")
-    assert code == 2 and "gpu2 lacks power for 'power off gpu2' (no ha_ops_bmc in the inventory)" in said, said
+    inv = inventory(tmp_path, hosts, name)
+    code, said = chaos(monkeypatch, capsys, str(experiment), "--inventory", str(inv), "--spec", str(SPEC), "--dry-run")
+    assert code == 2 and message in said and len(said.splitlines()) == 1, said
     assert journal_is_empty(tmp_path)
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import http.server
-import queue
 import socket
 import threading
 from collections.abc import Iterator, Sequence
@@ -126,36 +125,22 @@ class _TunnelHandler(_Handler):
 class TunnelSSHServer(MiniSSHServer):
     """The mini server, also forwarding direct-tcpip channels (one request each) to where they ask."""
 
-    def _serve_connection(self, conn: socket.socket) -> None:
-        conn.settimeout(None)
-        transport = paramiko.Transport(conn)
-        try:
-            transport.add_server_key(self.host_key)
-            requests: queue.Queue = queue.Queue()
-            try:
-                transport.start_server(server=_TunnelHandler(self.client_key, self.log, requests))
-            except (paramiko.SSHException, EOFError, OSError):
-                return
-            while transport.is_active() and not self._stop.is_set():
-                try:
-                    chanid, destination = requests.get(timeout=0.05)
-                except queue.Empty:
-                    continue
-                channel = transport.accept(STEP_TIMEOUT)
-                assert channel is not None and channel.get_id() == chanid
-                channel.settimeout(STEP_TIMEOUT)
-                with socket.create_connection(destination, timeout=STEP_TIMEOUT) as upstream:
-                    data = b""
-                    while b"\r\n\r\n" not in data:
-                        data += channel.recv(4096)
-                    upstream.sendall(data)
-                    while chunk := upstream.recv(4096):
-                        channel.sendall(chunk)
-                with contextlib.suppress(EOFError, OSError):  # the client may already have hung up: done either way
-                    channel.close()
-        finally:
-            transport.close()
-            conn.close()
+    handler = _TunnelHandler
+
+    def serve_request(self, transport: paramiko.Transport, request: tuple) -> None:
+        chanid, destination = request
+        channel = transport.accept(STEP_TIMEOUT)
+        assert channel is not None and channel.get_id() == chanid
+        channel.settimeout(STEP_TIMEOUT)
+        with socket.create_connection(destination, timeout=STEP_TIMEOUT) as upstream:
+            data = b""
+            while b"\r\n\r\n" not in data:
+                data += channel.recv(4096)
+            upstream.sendall(data)
+            while chunk := upstream.recv(4096):
+                channel.sendall(chunk)
+        with contextlib.suppress(EOFError, OSError):  # the client may already have hung up: done either way
+            channel.close()
 
 
 class _Ready(http.server.BaseHTTPRequestHandler):

@@ -74,6 +74,8 @@ class _Handler(paramiko.ServerInterface):
 class MiniSSHServer:
     """One connection at a time, on a random port of 127.0.0.1, served from one thread."""
 
+    handler: type[_Handler] = _Handler
+
     def __init__(self, host_key: paramiko.PKey, client_key: paramiko.PKey) -> None:
         self.host_key = host_key
         self.client_key = client_key
@@ -106,19 +108,23 @@ class MiniSSHServer:
             transport.add_server_key(self.host_key)
             requests: queue.Queue = queue.Queue()
             try:
-                transport.start_server(server=_Handler(self.client_key, self.log, requests))
+                transport.start_server(server=self.handler(self.client_key, self.log, requests))
             except (paramiko.SSHException, EOFError, OSError):
                 self.log.append("negotiation failed")  # the client hung up, e.g. after refusing our host key
                 return
             while transport.is_active() and not self._stop.is_set():
                 try:
-                    channel, command = requests.get(timeout=0.05)
+                    request = requests.get(timeout=0.05)
                 except queue.Empty:
                     continue
-                self._answer(channel, command)
+                self.serve_request(transport, request)
         finally:
             transport.close()
             conn.close()
+
+    def serve_request(self, transport: paramiko.Transport, request: tuple) -> None:
+        """One request the handler queued: here an exec (channel, command)."""
+        self._answer(*request)
 
     @staticmethod
     def _answer(channel: paramiko.Channel, command: bytes) -> None:
