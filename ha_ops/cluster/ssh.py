@@ -5,6 +5,7 @@ what a run executes), except power, which goes to the BMC."""
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -132,6 +133,7 @@ class SshCluster:
         self.production = spec.production or inventory.production
         self.journal_dir = journal_dir or state_dir(spec.name)
         self._nodes: dict[str, SshNode] = {}
+        self._lock = threading.Lock()  # a game day's watcher and its experiment ask for nodes at once
 
     def hosts(self) -> list[str]:
         return list(self.inventory.hosts)
@@ -143,6 +145,10 @@ class SshCluster:
                      if h.vars.get("ha_ops_shared_dir")), None)  # fmt: skip
 
     def node(self, name: str) -> SshNode:
+        with self._lock:
+            return self._node(name)
+
+    def _node(self, name: str) -> SshNode:
         if name not in self._nodes:
             host = self.inventory.host(name)
             transport = SSHTransport(
