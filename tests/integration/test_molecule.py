@@ -38,9 +38,17 @@ class ScenarioRun:
 
 
 def podman_names(env: dict[str, str]) -> set[str]:
-    out = subprocess.run(["podman", "ps", "-a", "--format", "{{.Names}}"], capture_output=True, text=True, env=env,
-                         check=True, timeout=60)  # fmt: skip
-    return set(out.stdout.split())
+    """Every container's name. `podman ps -a` exits 1 when a container it listed is removed before it reads it
+    (another scenario's destroy, side by side): that answer is asked again; any other failure is an error."""
+    for _ in range(10):
+        out = subprocess.run(["podman", "ps", "-a", "--format", "{{.Names}}"], capture_output=True, text=True,
+                             env=env, timeout=60)  # fmt: skip
+        if out.returncode == 0:
+            return set(out.stdout.split())
+        if not any(gone in out.stderr.lower() for gone in ("no such container", "does not exist")):
+            break
+        time.sleep(0.5)
+    raise AssertionError(f"podman ps -a exited {out.returncode}: {out.stderr.strip()[-500:]}")
 
 
 def platform_names(role: str) -> set[str]:
