@@ -86,7 +86,8 @@ def scenarios(molecule_env: dict[str, str], tmp_path_factory: pytest.TempPathFac
     pool = ThreadPoolExecutor(max_workers=max(1, PARALLEL), thread_name_prefix="molecule")
     futures = {role: pool.submit(run_scenario, role, molecule_env, logs) for role in order}
     yield futures
-    pool.shutdown(wait=True)  # a scenario always ends with its own destroy
+    # A scenario that started always ends with its own destroy; those not started yet (an interrupted run) never start.
+    pool.shutdown(wait=True, cancel_futures=True)
 
 
 def test_every_role_has_a_scenario() -> None:
