@@ -50,11 +50,12 @@ def verify(
         output.info(f"verifying {path.name} against {cluster.name}")
         results.append(run_verify(path, cluster, configuration))
     if json_out:
-        output.emit_json([{"runbook": r.runbook, "steps": [s.__dict__ for s in r.steps], "stale": len(r.stale)}
-                          for r in results])  # fmt: skip
+        output.emit_json([{"runbook": r.runbook, "steps": [s.__dict__ for s in r.steps], "stale": len(r.stale),
+                           "manual": len(r.manual), "as_written": r.as_written} for r in results])  # fmt: skip
     else:
         for r in results:
-            table = Table(title=f"{r.runbook}: {'up to date' if not r.stale else f'{len(r.stale)} stale step(s)'}")
+            state = "up to date" if not r.stale else f"{len(r.stale)} stale step(s)"
+            table = Table(title=f"{r.runbook}: {state}; {r.as_written} of {len(r.manual)} manual steps as written")
             for col in ("kind", "step", "ok", "detail"):
                 table.add_column(col)
             for s in r.steps:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -231,10 +232,21 @@ class LabCluster:
                 return False
         return True
 
-    def placeholders(self) -> dict[str, str]:
-        """What a runbook's lab_run commands may name: {lab}, {root}, {spec}, {python}, {mfsmaster}."""
+    def placeholders(self) -> dict[str, object]:
+        """What a runbook's commands may name (ha_ops.runbooks.placeholders): {ssh:HOST} enters the node, {on:HOST}
+        runs this ha-ops there; and, for lab_run steps, {lab}, {root}, {spec}, {python}, {mfsmaster}."""
+        from ha_ops.runbooks.placeholders import PerHost
+
         spec = self.lab.paths.root / "runbook-spec.yaml"  # the lab's own spec, for steps that rebuild or repair it
         spec.write_text(yaml.safe_dump(self.spec.model_dump(mode="json"), sort_keys=False))
         master = self.layout.service_addresses.get("mfsmaster", "")
-        return {"lab": self.name, "root": str(self.lab.paths.root), "python": sys.executable, "spec": str(spec),
-                "mfsmaster": str(master)}  # fmt: skip
+        ha_ops = shlex.join([sys.executable, "-m", "ha_ops"])
+        hosts = self.hosts()
+        return {
+            "cluster": self.name, "lab": self.name, "root": str(self.lab.paths.root), "python": sys.executable,
+            "spec": str(spec), "mfsmaster": str(master), "ha_ops": ha_ops,
+            "ssh": PerHost("ssh", lambda name: f"{ha_ops} lab exec {shlex.quote(name)} --name {self.name} --", hosts),
+            "on": PerHost("on", lambda name: ha_ops, hosts),
+            "address": PerHost("address", lambda name: str(self.layout.node(name).address),
+                               [n.name for n in self.layout.nodes]),
+        }  # fmt: skip

@@ -24,7 +24,7 @@ def open_cluster(target: str | None = None, inventory: Path | None = None, spec:
         spec_file = spec or loaded.spec
         if spec_file is None:
             raise SpecError(str(inventory), ["ha_ops_spec: name the cluster spec (or pass --spec FILE)"])
-        return SshCluster(load_spec(spec_file), loaded)
+        return SshCluster(load_spec(spec_file), loaded, spec_file=Path(spec_file).resolve())
     target = target or "lab:lab"
     if not target.startswith(LAB_PREFIX) or not target[len(LAB_PREFIX) :]:
         raise SpecError("--target", [f"{target!r} is not lab:NAME (a real cluster is named with --inventory FILE)"])

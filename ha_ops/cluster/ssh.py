@@ -5,6 +5,8 @@ what a run executes), except power, which goes to the BMC."""
 from __future__ import annotations
 
 import os
+import shlex
+import sys
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -125,8 +127,11 @@ class SshNode:
 
 
 class SshCluster:
-    def __init__(self, spec: ClusterSpec, inventory: Inventory, journal_dir: Path | None = None) -> None:
+    def __init__(
+        self, spec: ClusterSpec, inventory: Inventory, journal_dir: Path | None = None, spec_file: Path | None = None
+    ) -> None:
         self.spec = spec
+        self.spec_file = spec_file
         self.inventory = inventory
         self.name = spec.name
         self.layout = compute_layout(spec)
@@ -188,6 +193,29 @@ class SshCluster:
         headers = {"Content-Type": "application/json"} if body is not None else {}
         connect = lambda h, p, t: transport.open_channel(h, p, timeout=t)  # noqa: E731
         return request(connect, method, f"http://{address}:{port}{path}", body, headers, timeout)
+
+    def placeholders(self) -> dict[str, object]:
+        """What a runbook's commands may name (ha_ops.runbooks.placeholders), from the inventory and the spec."""
+        from ha_ops.runbooks.placeholders import PerHost, ssh_argv
+
+        hosts = self.inventory.hosts
+
+        def ssh(name: str) -> str:
+            h = hosts[name]
+            key = str(h.key_file.expanduser()) if h.key_file else None
+            return shlex.join(ssh_argv(h.user, h.address, h.port, key, str(h.known_hosts.expanduser()), h.become))
+
+        names = list(hosts)
+        spec_hosts = [n.name for n in self.layout.nodes]
+        return {
+            "cluster": self.name,
+            "spec": str(self.spec_file or ""),
+            "inventory": str(self.inventory.source.resolve()),
+            "ha_ops": shlex.join([sys.executable, "-m", "ha_ops"]),
+            "ssh": PerHost("ssh", ssh, names),
+            "on": PerHost("on", lambda name: hosts[name].ha_ops_command, names),
+            "address": PerHost("address", lambda name: str(self.layout.node(name).address), spec_hosts),
+        }
 
     def close(self) -> None:
         for node in self._nodes.values():

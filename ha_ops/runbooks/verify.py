@@ -8,8 +8,9 @@ A runbook is Markdown with YAML front matter:
     checks: [{claim, probe, arguments, equals, negate, within_s, after_manual}]   probes of ha_ops.chaos.probes;
             checked in order (a claim is looked for once the one before it held), each within `within_s` of the
             failure (or of the manual steps, for `after_manual` claims)
-    manual: [{step, run}]    shell commands; {lab}, {root}, {spec}, {python} and {mfsmaster} are replaced by the lab's
-                             name, its folder, its spec (a YAML file), this Python and the storage master's address
+    manual: [{step, run, lab_run}]  shell commands: `run` as an engineer types it on a real cluster, with the
+                             placeholders of ha_ops.runbooks.placeholders ({ssh:HOST}, {on:HOST}, {spec}, ...);
+                             `lab_run` instead in the lab, only where the lab truly differs
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from ha_ops.chaos import faults, hold, runner, target
 from ha_ops.chaos.plan import UNSET, Condition, baselines_of
 from ha_ops.cluster.base import Cluster
 from ha_ops.errors import SpecError
+from ha_ops.runbooks.placeholders import fill
 from ha_ops.spec.load import validation_problems
 from ha_ops.util.models import ConfigModel
 
@@ -49,7 +51,8 @@ class Check(Condition):
 
 class ManualStep(ConfigModel):
     step: str
-    run: str
+    run: str = Field(description="What the engineer runs on a real cluster (ha_ops.runbooks.placeholders).")
+    lab_run: str | None = Field(None, description="Run instead in the lab, only where the lab truly differs.")
     timeout_s: float = Field(60.0, gt=0)
 
 
@@ -89,6 +92,7 @@ class StepResult:
     name: str
     ok: bool
     detail: str = ""
+    as_written: bool = True  # a manual step: its `run` ran (not a lab_run override)
 
 
 @dataclass
@@ -99,6 +103,15 @@ class Verification:
     @property
     def stale(self) -> list[StepResult]:
         return [s for s in self.steps if not s.ok]
+
+    @property
+    def manual(self) -> list[StepResult]:
+        return [s for s in self.steps if s.kind == "manual"]
+
+    @property
+    def as_written(self) -> int:
+        """Manual steps that ran exactly as the runbook tells the engineer (no lab_run override)."""
+        return sum(1 for s in self.manual if s.as_written)
 
 
 def _wait_claim(check: Check, configuration: dict[str, Any], since: float, baseline: Any = UNSET) -> StepResult:
@@ -161,15 +174,17 @@ def _verify(path: Path, cluster: Cluster, configuration: dict[str, str]) -> Veri
 
 
 def _run_manual(step: ManualStep, cluster: Cluster) -> StepResult:
-    placeholders = cluster.placeholders() if hasattr(cluster, "placeholders") else {}
+    override = step.lab_run is not None and hasattr(cluster, "lab")
+    template = step.lab_run if override and step.lab_run is not None else step.run
     try:
-        command = step.run.format(**placeholders)
-    except KeyError as exc:
-        return StepResult("manual", step.step, False, f"{cluster.name} gives no value for {exc} in {step.run!r}")
+        command = fill(template, cluster.placeholders() if hasattr(cluster, "placeholders") else {})
+    except (KeyError, ValueError) as exc:
+        detail = f"{cluster.name} gives no value for {exc} in {template!r}"
+        return StepResult("manual", step.step, False, detail, as_written=not override)
     proc = subprocess.run(["sh", "-c", command], capture_output=True, text=True, timeout=step.timeout_s)
     tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or [""]
     detail = f"{shlex.quote(command)} exited {proc.returncode}: {tail[0][:160]}"
-    return StepResult("manual", step.step, proc.returncode == 0, detail)
+    return StepResult("manual", step.step, proc.returncode == 0, detail, as_written=not override)
 
 
 def _wait_injected(cluster: Cluster, done: threading.Event, timeout: float = 60.0) -> float | None:

@@ -44,3 +44,51 @@ def test_every_shipped_runbook_loads_with_its_sections_and_experiment() -> None:
     for path in books:
         runbook, _body = load_runbook(path)
         assert runbook.trigger.experiment.exists() and runbook.checks, path.name
+
+
+def test_placeholders_of_a_cluster_over_ssh(tmp_path: Path) -> None:
+    """`run` as an engineer types it, filled from the inventory: the ssh that reaches the host, its ha-ops."""
+    from ha_ops.cluster.inventory import Inventory, InventoryHost
+    from ha_ops.cluster.ssh import SshCluster
+    from ha_ops.runbooks.placeholders import fill
+    from ha_ops.spec import load_spec
+
+    spec_file = RUNBOOKS.parent / "examples" / "lab.yaml"
+    ctl1 = InventoryHost(name="ctl1", address="10.0.100.11", user="ops", port=2222, become=True,
+                         key_file=Path("/keys/ops"), known_hosts=Path("/etc/ha-ops/known_hosts"),
+                         ha_ops_command="/opt/ha-ops/bin/ha-ops")  # fmt: skip
+    cluster = SshCluster(load_spec(spec_file), Inventory(source=tmp_path / "hosts.yml", hosts={"ctl1": ctl1}),
+                         journal_dir=tmp_path, spec_file=spec_file)  # fmt: skip
+    values = cluster.placeholders()
+    command = fill("{ssh:ctl1} {on:ctl1} controller status --url http://{address:ctl1}:8800", values)
+    assert command == (
+        "ssh -o BatchMode=yes -o StrictHostKeyChecking=yes -o UserKnownHostsFile=/etc/ha-ops/known_hosts "
+        "-o ConnectTimeout=10 -p 2222 -i /keys/ops ops@10.0.100.11 sudo -n /opt/ha-ops/bin/ha-ops controller status "
+        f"--url http://{cluster.layout.node('ctl1').address}:8800"
+    )
+    assert fill("{ha_ops} spec validate {spec}", values).endswith(f"-m ha_ops spec validate {spec_file}")
+    with pytest.raises(KeyError, match="ssh:gpu9"):
+        fill("{ssh:gpu9} true", values)  # not a host of the inventory
+    with pytest.raises(KeyError, match="root"):
+        fill("ls {root}", values)  # a lab-only placeholder
+
+
+def test_a_manual_step_runs_its_lab_run_only_in_the_lab(tmp_path: Path) -> None:
+    from ha_ops.runbooks.verify import ManualStep, _run_manual
+
+    class Real:
+        name = "prod"
+
+        def placeholders(self) -> dict[str, object]:
+            return {"cluster": "prod"}
+
+    class Lab(Real):
+        lab = object()  # the lab's extension marks it
+
+    step = ManualStep(step="say where", run=f"echo real > {tmp_path}/said", lab_run=f"echo lab > {tmp_path}/said")
+    real = _run_manual(step, Real())  # type: ignore[arg-type]
+    assert real.ok and real.as_written and (tmp_path / "said").read_text() == "real\n"
+    lab = _run_manual(step, Lab())  # type: ignore[arg-type]
+    assert lab.ok and not lab.as_written and (tmp_path / "said").read_text() == "lab\n"
+    missing = _run_manual(ManualStep(step="x", run="ls {root}"), Real())  # type: ignore[arg-type]
+    assert not missing.ok and "prod gives no value for 'root'" in missing.detail

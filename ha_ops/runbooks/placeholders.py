@@ -1,0 +1,42 @@
+"""What a runbook's manual commands may name, filled from the cluster they are verified against. A runbook's `run`
+is the command an on-call engineer types on a real cluster; its placeholders say where:
+
+    {ssh:HOST}      the ssh command that reaches HOST as the inventory says (key, port, known_hosts; sudo with
+                    ansible_become): `{ssh:ctl1} systemctl start slurmctld`
+    {on:HOST}       how ha-ops runs on HOST: `{ssh:ctl1} {on:ctl1} controller status`
+    {address:HOST}  HOST's address in the cluster spec (what its services listen on)
+    {ha_ops}        ha-ops on the operator's machine;  {spec}, {inventory}, {cluster}
+
+In the lab, {ssh:HOST} enters the node (`ha-ops lab exec HOST --`), and {lab}, {root}, {python}, {mfsmaster} name the
+lab's own folder and tools for the few `lab_run` steps where the lab truly differs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+
+class PerHost:
+    """A placeholder that names a host in its format spec: `{ssh:gpu1}`."""
+
+    def __init__(self, what: str, render: Callable[[str], str], hosts: list[str]) -> None:
+        self.what = what
+        self.render = render
+        self.hosts = hosts
+
+    def __format__(self, host: str) -> str:
+        if host not in self.hosts:
+            raise KeyError(f"{self.what}:{host}" if host else f"{self.what}:HOST (it names a host)")
+        return self.render(host)
+
+
+def ssh_argv(user: str, address: str, port: int, key_file: str | None, known_hosts: str, become: bool) -> list[str]:
+    """The ssh an engineer runs: the host key checked against known_hosts, never accepted on first sight."""
+    argv = ["ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes", "-o", f"UserKnownHostsFile={known_hosts}",
+            "-o", "ConnectTimeout=10", "-p", str(port)]  # fmt: skip
+    argv += ["-i", key_file] if key_file else []
+    return [*argv, f"{user}@{address}", *(["sudo", "-n"] if become else [])]
+
+
+def fill(template: str, values: dict[str, object]) -> str:
+    """The command with its placeholders filled; KeyError naming the first one the cluster has no value for."""
+    return template.format_map(values)
