@@ -13,7 +13,7 @@ import typer
 import yaml
 
 from ha_ops.cli import output
-from ha_ops.cli.targets import InventoryOpt, LabOpt, SpecOpt, TargetOpt, named, open_named
+from ha_ops.cli.targets import InventoryOpt, LabOpt, SpecOpt, TargetOpt, named
 from ha_ops.errors import SpecError
 
 app = typer.Typer(
@@ -42,6 +42,7 @@ def run(
 ) -> None:
     """Run one experiment. Exit 1 when the steady-state hypothesis is violated or the run did not complete."""
     from ha_ops.chaos import faults, runner
+    from ha_ops.chaos.target import open_for
 
     overrides = {}
     for item in var:
@@ -54,7 +55,7 @@ def run(
     if dry_run:
         _dry_run(loaded, configuration, max_faults)
         return
-    cluster = open_named(configuration)
+    cluster = open_for(configuration)
     runner.guard_production(cluster, confirm_production)
     with faults.limit(max_faults):
         runner.preflight(loaded, cluster)  # a bad host, key, credential or capability stops it before any fault
@@ -89,11 +90,12 @@ def _progress() -> Iterator[None]:
 def _dry_run(loaded: dict, configuration: dict[str, str], max_faults: int) -> None:
     from ha_ops.chaos import faults, runner
     from ha_ops.chaos.dryrun import plan_commands
+    from ha_ops.chaos.target import open_for
 
     for step in runner.plan(loaded):
         output.result(step)
     with faults.limit(max_faults):
-        planned = plan_commands(loaded, open_named(configuration))
+        planned = plan_commands(loaded, open_for(configuration))
     activities = list(dict.fromkeys(p.activity for p in planned))
     for activity in activities:
         output.result(f"\n{activity}:")
@@ -113,8 +115,9 @@ def cleanup(
     """Undo every fault a killed or interrupted run left in the cluster (from the fault journal on this machine). A
     host that cannot be reached keeps its entries for the next cleanup; exit 4 while any are kept."""
     from ha_ops.chaos import faults
+    from ha_ops.chaos.target import open_for
 
-    cluster = open_named(named(target, inventory, spec, lab))
+    cluster = open_for(named(target, inventory, spec, lab))
     if dry_run:
         for key, host, lines in faults.plan_cleanup(cluster):
             for line in lines:

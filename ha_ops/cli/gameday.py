@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from ha_ops.cli import output
-from ha_ops.cli.targets import InventoryOpt, LabOpt, SpecOpt, TargetOpt, named, open_named
+from ha_ops.cli.targets import InventoryOpt, LabOpt, SpecOpt, TargetOpt, named
 
 app = typer.Typer(help="Game days: plans of chaos experiments, measured and reported.", no_args_is_help=True)
 
@@ -31,6 +31,7 @@ def run(
     JSON, JUnit and HTML reports. Exit 1 unless every fault passed."""
     from ha_ops.chaos import gameday, report, runner
     from ha_ops.chaos import plan as plans
+    from ha_ops.chaos.target import open_for
 
     loaded = plans.select(plans.load_plan(plan), only)
     configuration = named(target, inventory, spec, lab, default_lab=loaded.lab)
@@ -41,7 +42,7 @@ def run(
             recover = ", ".join(c.describe() for c in fault.recover)
             output.result(f"{fault.name}: {fault.experiment.name}; detected when {detect}; recovered when {recover}")
         return
-    cluster = open_named(configuration)
+    cluster = open_for(configuration)
     results = gameday.run_gameday(
         loaded, cluster, configuration, progress=output.info, confirm_production=confirm_production
     )

@@ -8,7 +8,7 @@ import typer
 from rich.table import Table
 
 from ha_ops.cli import output
-from ha_ops.cli.targets import InventoryOpt, LabOpt, SpecOpt, TargetOpt, named, open_named
+from ha_ops.cli.targets import InventoryOpt, LabOpt, SpecOpt, TargetOpt, named
 
 app = typer.Typer(help="Recovery runbooks, verified against a cluster: the lab or your own.", no_args_is_help=True)
 
@@ -31,6 +31,7 @@ def verify(
     """Inject the runbook's failure, check each claim within its time, run each manual step; name stale steps.
     Exit 1 if any step is stale."""
     from ha_ops.chaos.runner import guard_production
+    from ha_ops.chaos.target import open_for
     from ha_ops.errors import SpecError
     from ha_ops.runbooks.verify import load_runbook
     from ha_ops.runbooks.verify import verify as run_verify
@@ -42,7 +43,7 @@ def verify(
         assert path is not None
         load_runbook(path)  # every runbook is valid before any failure is injected
     configuration = named(target, inventory, spec, lab)
-    cluster = open_named(configuration)
+    cluster = open_for(configuration)
     guard_production(cluster, confirm_production)
     results = []
     for path in paths:

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import typer
 
-from ha_ops.cluster.base import Cluster
 from ha_ops.errors import SpecError
 
 TargetOpt = typer.Option(None, "--target", envvar="HA_OPS_TARGET", help="lab:NAME, the local lab.")
@@ -34,10 +33,3 @@ def named(
     if inventory is not None:
         return configuration_for(inventory=inventory, spec=spec)
     return configuration_for(target=target or f"lab:{lab or default_lab}")
-
-
-def open_named(configuration: dict[str, str]) -> Cluster:
-    """A fresh handle on the cluster the entries name (the run hands it to every activity: target.using)."""
-    from ha_ops.chaos.target import open_for
-
-    return open_for(configuration)

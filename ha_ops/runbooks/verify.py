@@ -162,8 +162,9 @@ def _verify(path: Path, cluster: Cluster, configuration: dict[str, str]) -> Veri
             experiment_over.set()
             checker.join(max((c.within_s for c in runbook.checks), default=0) + 60)
         result.steps.extend(claims)
+        values = cluster.placeholders() if hasattr(cluster, "placeholders") else {}
         for step in runbook.manual:
-            result.steps.append(_run_manual(step, cluster))
+            result.steps.append(_run_manual(step, cluster, values))
         manual_done = time.time()
         for i, check in enumerate(runbook.checks):
             if check.after_manual:
@@ -173,11 +174,14 @@ def _verify(path: Path, cluster: Cluster, configuration: dict[str, str]) -> Veri
     return result
 
 
-def _run_manual(step: ManualStep, cluster: Cluster) -> StepResult:
+def _run_manual(step: ManualStep, cluster: Cluster, values: dict[str, object] | None = None) -> StepResult:
+    """Run one manual step; `values`: the cluster's placeholders (asked once per runbook by the caller)."""
     override = step.lab_run is not None and hasattr(cluster, "lab")
-    template = step.lab_run if override and step.lab_run is not None else step.run
+    template = (step.lab_run or step.run) if override else step.run
+    if values is None:
+        values = cluster.placeholders() if hasattr(cluster, "placeholders") else {}
     try:
-        command = fill(template, cluster.placeholders() if hasattr(cluster, "placeholders") else {})
+        command = fill(template, values)
     except (KeyError, ValueError) as exc:
         detail = f"{cluster.name} gives no value for {exc} in {template!r}"
         return StepResult("manual", step.step, False, detail, as_written=not override)
