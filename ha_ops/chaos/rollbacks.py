@@ -13,25 +13,37 @@ from ha_ops.errors import CommandTimeout, TransportError
 log = logging.getLogger(__name__)
 
 
-def slurm_controllers_back(cluster: Cluster, timeout: float = 30.0) -> None:
+def slurm_controllers_back(cluster: Cluster, timeout: float = 30.0, restarts: int = 3) -> None:
     """After a slurmctld fault the cluster is whole only when every slurmctld answers. Slurm 22.05's backup sometimes
     fails to return to standby when the primary takes control back (it logs "heartbeat file creation failed" from
-    then on and answers no ping; shared/LAB-NOTES.md): restart it, as the runbook tells an operator to."""
-    deadline = time.time() + timeout
+    then on and answers no ping; shared/LAB-NOTES.md): restart it, as the runbook tells an operator to. Restarting
+    one controller can knock the other out the same way, so this goes on round by round until both answer."""
     hosts = [n.name for n in cluster.layout.nodes_with_role("controller")]
+    for _ in range(restarts):
+        down = _controllers_down(cluster, hosts, timeout)
+        if not down:
+            return
+        for host in down:
+            log.warning("slurmctld on %s did not answer after the primary returned; restarting it", host)
+            cluster.node(host).apply(ServiceOp(host=host, unit="slurmctld", action="restart"))
+    down = _controllers_down(cluster, hosts, timeout)
+    if down:
+        log.error("slurmctld on %s still does not answer after %d restarts", ", ".join(down), restarts)
+
+
+def _controllers_down(cluster: Cluster, hosts: list[str], timeout: float) -> list[str]:
+    """The controllers that do not answer `scontrol ping` within `timeout` seconds (an empty list once all do)."""
+    deadline = time.time() + timeout
     down = hosts
-    while time.time() < deadline:
+    while True:
         try:
             answers = dict(cluster.slurm().controllers())
         except (CommandTimeout, TransportError):
             answers = {}
         down = [h for h in hosts if answers.get(h) != "UP"]
-        if not down:
-            return
+        if not down or time.time() >= deadline:
+            return down
         time.sleep(1.0)
-    for host in down:
-        log.warning("slurmctld on %s did not answer after the primary returned; restarting it", host)
-        cluster.node(host).apply(ServiceOp(host=host, unit="slurmctld", action="restart"))
 
 
 def end_driver_rollout(cluster: Cluster) -> None:
