@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from ha_ops.lab.cluster import Lab, netns_prefix, pids_naming
@@ -86,6 +88,26 @@ def cluster(lab: Lab):  # -> LabCluster
     from ha_ops.cluster.lab import LabCluster
 
     return LabCluster(lab)
+
+
+@dataclass(frozen=True)
+class OverSsh:
+    """The lab reached as a real cluster: the inventory `ha-ops lab inventory --ssh` writes, and an environment
+    whose XDG state home (where `--inventory` runs keep their fault journal) is the test's own."""
+
+    inventory: Path
+    env: dict[str, str]
+
+    def ha_ops(self, *args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "ha_ops", *args], capture_output=True, text=True,
+                              timeout=timeout, env=self.env)  # fmt: skip
+
+
+def over_ssh(lab: Lab, folder: Path) -> OverSsh:
+    inventory = folder / "inventory.yml"
+    subprocess.run([sys.executable, "-m", "ha_ops", "lab", "inventory", "--ssh", "--name", lab.spec.name, "--out",
+                    str(inventory)], check=True, capture_output=True, timeout=60)  # fmt: skip
+    return OverSsh(inventory, {**os.environ, "XDG_STATE_HOME": str(folder / "state")})
 
 
 def leader(lab: Lab) -> str | None:

@@ -18,7 +18,7 @@ from ha_ops.cluster.ops import Op
 from ha_ops.util.proc import CommandResult
 
 # The lab's extras (ha_ops.cluster.lab.LabCluster) that change the cluster.
-ACTING_EXTRAS = ("driver_rollout", "end_driver_rollout", "storage_data_intact", "placeholders")
+ACTING_EXTRAS = ("driver_rollout", "end_driver_rollout", "placeholders")
 
 
 @dataclass

@@ -51,8 +51,6 @@ def _watch(
     fault: PlannedFault,
     result: FaultResult,
     stop: threading.Event,
-    plan: GameDayPlan,
-    aborted: list[str],
     baselines: tuple[dict[int, Any], dict[int, Any]],
 ) -> None:
     while not stop.is_set():
@@ -76,11 +74,18 @@ def _watch(
             result.recovered_at = time.time()
             result.timeline.append((result.recovered_at, "recovered"))
             hold.end_early()  # the recovery came while the fault is in: holding it longer judges nothing more
+        stop.wait(0.2)
+
+
+def _watch_abort(plan: GameDayPlan, configuration: dict[str, Any], aborted: list[str], stop: threading.Event) -> None:
+    """The plan's abort conditions, once a second beside the detection loop: a slow one (the storage master's
+    health, asked over SSH) must not coarsen the time to detect."""
+    while plan.abort_when and not stop.is_set():
         for condition in plan.abort_when:
             if condition.holds(configuration):
                 aborted.append(f"abort condition {condition.describe()} holds")
                 stop.set()
-        stop.wait(0.2)
+        stop.wait(1.0)
 
 
 def _settle(plan: GameDayPlan, configuration: dict[str, Any]) -> str:
@@ -116,9 +121,11 @@ def run_fault(plan: GameDayPlan, fault: PlannedFault, cluster: Cluster, configur
         )
     stop, aborted = threading.Event(), []
     watcher = threading.Thread(
-        target=_watch, args=(cluster, configuration, fault, result, stop, plan, aborted, baselines), daemon=True
+        target=_watch, args=(cluster, configuration, fault, result, stop, baselines), daemon=True
     )
+    guard = threading.Thread(target=_watch_abort, args=(plan, configuration, aborted, stop), daemon=True)
     watcher.start()
+    guard.start()
     try:
         # The fault is undone here, not by the experiment's own rollbacks: recovery can then be told from rollback.
         with hold.endable():
@@ -133,6 +140,7 @@ def run_fault(plan: GameDayPlan, fault: PlannedFault, cluster: Cluster, configur
     finally:
         stop.set()
         watcher.join(30)  # a probe may be mid-call (a job submitted to a hung controller)
+        guard.join(30)
         faults.cleanup(cluster)
     if jobs and plan.workload:
         account = workload.account(cluster, job_dir, jobs, plan.workload.finish_within_s)

@@ -305,7 +305,7 @@ def monitoring_outage_seen(configuration: Configuration = None) -> bool:
 def storage_health(configuration: Configuration = None) -> dict[str, Any]:
     """The replicated storage's health (master up, chunkservers, chunks under goal or missing, space), through the
     storage adapter; `healthy` is true when the master answers and nothing is under its replica count."""
-    return dict(lab_extension(_cluster(configuration), "storage probes").storage_health())
+    return _cluster(configuration).storage_checks().health()
 
 
 def storage_healthy(configuration: Configuration = None) -> bool:
@@ -316,7 +316,7 @@ def storage_healthy(configuration: Configuration = None) -> bool:
 def storage_data_intact(folder: str = "chaos-probe", files: int = 4, configuration: Configuration = None) -> bool:
     """True when every probe file on the replicated storage reads back intact with every chunk at its replica count.
     The first call writes the files (so call it before the fault: a steady-state probe); later calls check them."""
-    return bool(lab_extension(_cluster(configuration), "storage probes").storage_data_intact(folder, files))
+    return _cluster(configuration).storage_checks().data_intact(folder, files)
 
 
 def rollout_phase(configuration: Configuration = None) -> str:

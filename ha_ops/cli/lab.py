@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import signal
+import socketserver
 import time
 from pathlib import Path
 
@@ -158,6 +160,48 @@ def power(
     output.result(f"{node}: power {action} done")
 
 
+@app.command("supervisor", hidden=True)
+def supervisor(
+    socket: Path = typer.Option(..., "--socket", help="Where the nodes' systemctl reaches it (the lab sets it)."),
+    name: str = NameOpt,
+) -> None:
+    """The lab's stand-in for an init system (a lab service, started by `lab up`): what `systemctl` on a lab node
+    asks for, carried out on the lab's supervised services (ha_ops.lab.systemctl)."""
+    from ha_ops.lab.systemctl import Supervisor
+
+    server = Supervisor(socket, Lab.from_state(name).node)
+    try:
+        _serve(server, f"lab supervisor serving the nodes' systemctl at {socket}")
+    finally:
+        socket.unlink(missing_ok=True)
+
+
+def _serve(server: socketserver.BaseServer, what: str) -> None:
+    """Serve until the lab stops the service (SIGTERM: a clean exit)."""
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    output.info(what)
+    try:
+        server.serve_forever(poll_interval=0.2)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+
+
+@app.command("bmc", hidden=True)
+def bmc_service(
+    password_file: Path = typer.Option(..., "--password-file", help="The BMC's password (the lab writes it)."),
+    name: str = NameOpt,
+) -> None:
+    """The lab's BMC (a lab service, started by `lab up`): Redfish for every lab host on the management network."""
+    from ha_ops.lab import bmc, mgmt
+
+    lab = Lab.from_state(name)
+    server = bmc.Bmc(bmc.LabMachines(lab), bmc.USER, password_file.read_text().strip(),
+                     address=str(mgmt.operator_address(lab.ctx)), port=bmc.PORT)  # fmt: skip
+    _serve(server.server, f"lab BMC serving Redfish at {server.url}")
+
+
 def _reexec_on_the_lab_host(lab: Lab) -> None:
     """Run this command again in the lab host's namespaces (the BMC network is outside the cluster's). A node has
     its own /run, so the lab's namespaces are not visible there; the host's munged is a process outside them."""
@@ -207,13 +251,21 @@ def driver_build(
 
 @app.command("inventory")
 def lab_inventory(
-    name: str = NameOpt, out: Path | None = typer.Option(None, "--out", "-o", help="Write it here, not to stdout.")
+    name: str = NameOpt,
+    out: Path | None = typer.Option(None, "--out", "-o", help="Write it here, not to stdout."),
+    ssh: bool = typer.Option(False, "--ssh", help="For --inventory commands: the lab reached as a real cluster."),
 ) -> None:
     """The Ansible inventory of the lab: the spec's groups and host variables, the lab's ssh key and known_hosts,
-    and the gpu_driver settings that fit lab nodes (node-private slots, fake drivers)."""
-    from ha_ops.lab.drivers import lab_inventory as render
+    and the gpu_driver settings that fit lab nodes (node-private slots, fake drivers).
 
-    text = yaml.safe_dump(render(Lab.from_state(name).ctx), sort_keys=False)
+    With --ssh: what `chaos run`, `gameday run` and `runbook verify` take as --inventory to reach the lab as they
+    reach a real cluster: hosts and switches at their management addresses, the lab's BMC (Redfish) per host,
+    fake-GPU injection on the GPU nodes, and the lab's spec."""
+    from ha_ops.lab.drivers import lab_inventory as render
+    from ha_ops.lab.inventory import ssh_inventory
+
+    ctx = Lab.from_state(name).ctx
+    text = yaml.safe_dump(ssh_inventory(ctx) if ssh else render(ctx), sort_keys=False)
     if out is None:
         output.result(text.rstrip("\n"))
     else:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ipaddress
 import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
@@ -37,18 +38,35 @@ SYSTEMCTL: dict[ServiceAction, tuple[str, ...]] = {
 }
 
 
-def service(op: ServiceOp) -> list[Command]:
+# Experiments name a service as ha-ops does (agent, controller, chunkserver, ...); a host runs it as the systemd
+# unit its package or ha-ops' role installs. An inventory may name other units per host (`ha_ops_units`).
+UNITS: dict[str, str] = {
+    "agent": "ha-ops-agent",
+    "controller": "ha-ops-controller",
+    "alertmanager": "prometheus-alertmanager",
+    "mfsmaster": "moosefs-master",
+    "chunkserver": "moosefs-chunkserver",
+    "metalogger": "moosefs-metalogger",
+}
+
+
+def unit_of(service: str, units: Mapping[str, str] | None = None) -> str:
+    """The systemd unit that runs `service` on a host (a name no mapping knows is taken as the unit itself)."""
+    return (units or {}).get(service) or UNITS.get(service, service)
+
+
+def service(op: ServiceOp, units: Mapping[str, str] | None = None) -> list[Command]:
     # A thaw of a unit that is not running has nothing to do; systemctl says so with a non-zero exit.
-    return [Command(("systemctl", *SYSTEMCTL[op.action], op.unit), check=op.action != "thaw")]
+    return [Command(("systemctl", *SYSTEMCTL[op.action], unit_of(op.unit, units)), check=op.action != "thaw")]
 
 
-def service_active(unit: str) -> Command:
-    return Command(("systemctl", "is-active", "--quiet", unit), check=False)
+def service_active(service: str, units: Mapping[str, str] | None = None) -> Command:
+    return Command(("systemctl", "is-active", "--quiet", unit_of(service, units)), check=False)
 
 
-def service_loaded(unit: str) -> Command:
+def service_loaded(service: str, units: Mapping[str, str] | None = None) -> Command:
     """Prints the unit's LoadState: `not-found` for a unit the host does not have."""
-    return Command(("systemctl", "show", "--property=LoadState", "--value", unit), check=False)
+    return Command(("systemctl", "show", "--property=LoadState", "--value", unit_of(service, units)), check=False)
 
 
 def link(op: LinkOp) -> list[Command]:

@@ -43,6 +43,7 @@ class InventoryHost(ConfigModel):
     fake_gpu_dir: str | None = None
     firewall: Literal["iptables", "nftables"] = "iptables"
     ha_ops_command: str = "ha-ops"
+    units: dict[str, str] = Field(default_factory=dict, description="Service -> systemd unit where not the usual.")
     production: bool = False
     groups: tuple[str, ...] = ()
     vars: dict[str, Any] = Field(default_factory=dict, description="Every variable, for runbook placeholders.")
@@ -141,6 +142,7 @@ def load_inventory(path: Path) -> Inventory:
             "fake_gpu_dir": hv.get("ha_ops_fake_gpu_dir"),
             "firewall": hv.get("ha_ops_firewall", "iptables"),
             "ha_ops_command": hv.get("ha_ops_command", "ha-ops"),
+            "units": hv.get("ha_ops_units") or {},
             "production": hv.get("ha_ops_production", False),
             "groups": tuple(groups.get(name, [])),
             "vars": hv,
@@ -171,4 +173,5 @@ _VARIABLE = {"address": "ansible_host", "user": "ansible_user", "port": "ansible
              "key_file": "ansible_ssh_private_key_file", "known_hosts": "ha_ops_known_hosts",
              "become": "ansible_become", "bmc": "ha_ops_bmc", "gpu_injection": "ha_ops_gpu_injection",
              "fake_gpu_dir": "ha_ops_fake_gpu_dir", "firewall": "ha_ops_firewall",
-             "ha_ops_command": "ha_ops_command", "production": "ha_ops_production"}  # fmt: skip
+             "ha_ops_command": "ha_ops_command", "units": "ha_ops_units",
+             "production": "ha_ops_production"}  # fmt: skip

@@ -10,7 +10,6 @@ import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import yaml
 
@@ -24,6 +23,7 @@ from ha_ops.lab.cluster import Lab
 from ha_ops.lab.http import http_get, http_post
 from ha_ops.lab.node import LabNode
 from ha_ops.schedulers.slurm import Slurm
+from ha_ops.storage.checks import StorageChecks
 from ha_ops.util.proc import CommandResult, run
 
 log = logging.getLogger(__name__)
@@ -161,21 +161,12 @@ class LabCluster:
 
         return self.lab.state().storage_master or storage.master_node(self.lab.ctx)
 
-    def storage_health(self) -> dict[str, Any]:
+    def storage_checks(self) -> StorageChecks:
         from ha_ops.lab import storage_ops
 
-        health = storage_ops.moosefs(self.lab).health()
-        return {**health.__dict__, "healthy": health.healthy}
-
-    def storage_data_intact(self, folder: str, files: int) -> bool:
-        from ha_ops.lab import storage_ops
-
-        manifest_path = self.lab.paths.root / f"chaos-{folder}.json"
-        if not manifest_path.exists():
-            manifest_path.write_text(json.dumps(storage_ops.write_files(self.lab, files, 1, folder=folder)))
-        manifest = json.loads(manifest_path.read_text())
-        intact = not storage_ops.unreadable_files(self.lab, manifest)
-        return intact and not storage_ops.under_replicated(self.lab, list(manifest))
+        if not (self.spec.storage and self.spec.storage.kind == "moosefs"):
+            raise CapabilityMissing(f"{self.name} has no replicated storage (storage.kind is not moosefs)")
+        return storage_ops.storage_checks(self.lab)
 
     def driver_rollout(self, to: str, broken: bool, base: str, waves: str, timeout_s: float) -> str:
         from ha_ops.lab import rollouts
@@ -235,6 +226,7 @@ class LabCluster:
     def placeholders(self) -> dict[str, object]:
         """What a runbook's commands may name (ha_ops.runbooks.placeholders): {ssh:HOST} enters the node, {on:HOST}
         runs this ha-ops there; and, for lab_run steps, {lab}, {root}, {spec}, {python}, {mfsmaster}."""
+        from ha_ops.lab import controllers
         from ha_ops.runbooks.placeholders import PerHost
 
         spec = self.lab.paths.root / "runbook-spec.yaml"  # the lab's own spec, for steps that rebuild or repair it
@@ -244,7 +236,8 @@ class LabCluster:
         hosts = self.hosts()
         return {
             "cluster": self.name, "lab": self.name, "root": str(self.lab.paths.root), "python": sys.executable,
-            "spec": str(spec), "mfsmaster": str(master), "ha_ops": ha_ops,
+            "spec": str(spec), "mfsmaster": str(master), "ha_ops": ha_ops, "target": f"--target lab:{self.name}",
+            "controller_state": str(controllers.state_dir(self.lab.ctx)),
             "ssh": PerHost("ssh", lambda name: f"{ha_ops} lab exec {shlex.quote(name)} --name {self.name} --", hosts),
             "on": PerHost("on", lambda name: ha_ops, hosts),
             "address": PerHost("address", lambda name: str(self.layout.node(name).address),

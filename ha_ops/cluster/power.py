@@ -105,17 +105,20 @@ class RedfishPower:
             return self._system
         import sushy
         from sushy import exceptions
+        from sushy.connector import Connector
 
+        # Our own connector, so that its HTTP session is closed when the BMC refuses us (sushy keeps it open).
+        connector = Connector(
+            self.bmc.address,
+            verify=str(self.bmc.verify) if isinstance(self.bmc.verify, Path) else self.bmc.verify,
+            server_side_retries=2,
+            server_side_retries_delay=1,
+            default_request_timeout=int(self.bmc.timeout_s),
+            connect_timeout=int(self.bmc.timeout_s),
+        )
         try:
             root = sushy.Sushy(
-                self.bmc.address,
-                username=self.bmc.user,
-                password=password(self.bmc, self.host),
-                verify=str(self.bmc.verify) if isinstance(self.bmc.verify, Path) else self.bmc.verify,
-                read_timeout=int(self.bmc.timeout_s),
-                connect_timeout=int(self.bmc.timeout_s),
-                server_side_retries=2,
-                server_side_retries_delay=1,
+                self.bmc.address, username=self.bmc.user, password=password(self.bmc, self.host), connector=connector
             )
             if self.bmc.system:
                 system = root.get_system(self.bmc.system)
@@ -126,7 +129,11 @@ class RedfishPower:
                         f"system: the BMC at {self.bmc.address} has {len(members)} systems; name one"])  # fmt: skip
                 system = members[0]
         except exceptions.SushyError as exc:
+            connector.close()
             raise TransportError(f"{self.host}: Redfish at {self.bmc.address}: {_first_line(exc)}") from None
+        except BaseException:
+            connector.close()
+            raise
         self._system = system
         return system
 

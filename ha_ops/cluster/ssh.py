@@ -9,7 +9,7 @@ import shlex
 import sys
 import threading
 from collections.abc import Sequence
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from ha_ops.cluster import commands
 from ha_ops.cluster.base import Service, service_endpoint
@@ -22,6 +22,7 @@ from ha_ops.errors import HaOpsError, SpecError
 from ha_ops.schedulers.slurm import Slurm
 from ha_ops.spec.layout import compute_layout
 from ha_ops.spec.model import ClusterSpec
+from ha_ops.storage.checks import StorageChecks
 from ha_ops.transport.http import request
 from ha_ops.transport.ssh import SSHTransport
 from ha_ops.util.proc import CommandResult
@@ -68,7 +69,7 @@ class SshNode:
 
     def commands(self, op: Op) -> list[Command]:
         if isinstance(op, ServiceOp):
-            return commands.service(op)
+            return commands.service(op, self.host.units)
         if isinstance(op, LinkOp):
             return commands.link(op)
         if isinstance(op, FilterOp):
@@ -118,11 +119,11 @@ class SshNode:
         return [n for n in names if n != "lo"]
 
     def service_active(self, unit: str) -> bool:
-        command = commands.service_active(unit)
+        command = commands.service_active(unit, self.host.units)
         return self.run(list(command.argv), check=False, timeout=10).ok
 
     def has_service(self, unit: str) -> bool:
-        command = commands.service_loaded(unit)
+        command = commands.service_loaded(unit, self.host.units)
         return self.run(list(command.argv), check=False, timeout=10).stdout.strip() not in ("", "not-found")
 
 
@@ -143,11 +144,14 @@ class SshCluster:
     def hosts(self) -> list[str]:
         return list(self.inventory.hosts)
 
+    def cluster_var(self, name: str) -> str | None:
+        """A variable that describes the whole cluster (set under `all` or on any host): the first host's."""
+        return next((str(h.vars[name]) for h in self.inventory.hosts.values() if h.vars.get(name)), None)
+
     @property
     def shared_dir(self) -> str | None:
         """A folder every GPU node sees at the same path (`ha_ops_shared_dir`): where a game day's jobs keep markers."""
-        return next((str(h.vars["ha_ops_shared_dir"]) for h in self.inventory.hosts.values()
-                     if h.vars.get("ha_ops_shared_dir")), None)  # fmt: skip
+        return self.cluster_var("ha_ops_shared_dir")
 
     def node(self, name: str) -> SshNode:
         with self._lock:
@@ -194,6 +198,15 @@ class SshCluster:
         connect = lambda h, p, t: transport.open_channel(h, p, timeout=t)  # noqa: E731
         return request(connect, method, f"http://{address}:{port}{path}", body, headers, timeout)
 
+    def storage_checks(self) -> StorageChecks:
+        """MooseFS from the first controller, which mounts it at `ha_ops_storage_mount` (default /mnt/moosefs)."""
+        if not (self.spec.storage and self.spec.storage.kind == "moosefs"):
+            raise CapabilityMissing(f"{self.name} has no replicated storage (storage.kind is not moosefs)")
+        client = self._first("controller")
+        mount = PurePosixPath(str(self.inventory.host(client).vars.get("ha_ops_storage_mount", "/mnt/moosefs")))
+        master = str(self.layout.service_addresses["mfsmaster"])
+        return StorageChecks(self.node(client).transport, master, mount, self.spec.storage.replicas, self.journal_dir)
+
     def placeholders(self) -> dict[str, object]:
         """What a runbook's commands may name (ha_ops.runbooks.placeholders), from the inventory and the spec."""
         from ha_ops.runbooks.placeholders import PerHost, ssh_argv
@@ -207,10 +220,14 @@ class SshCluster:
 
         names = list(hosts)
         spec_hosts = [n.name for n in self.layout.nodes]
+        inventory = str(self.inventory.source.resolve())
         return {
             "cluster": self.name,
             "spec": str(self.spec_file or ""),
-            "inventory": str(self.inventory.source.resolve()),
+            "inventory": inventory,
+            "target": shlex.join(["--inventory", inventory]),
+            "controller_state": self.cluster_var("ha_ops_controller_state_dir") or "/var/lib/ha-ops/controller",
+            "mfsmaster": str(self.layout.service_addresses.get("mfsmaster", "")),
             "ha_ops": shlex.join([sys.executable, "-m", "ha_ops"]),
             "ssh": PerHost("ssh", ssh, names),
             "on": PerHost("on", lambda name: hosts[name].ha_ops_command, names),

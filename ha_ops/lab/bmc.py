@@ -1,9 +1,11 @@
 """The lab's BMC, speaking Redfish: one ComputerSystem per lab host under /redfish/v1/Systems/<host>, with its
-PowerState and the ComputerSystem.Reset action, behind HTTP basic authentication. A reset powers the lab node off or
-cycles it (ha_ops.lab.node: every process killed and every link down; booted again with its services), so the
-node-loss fault and the remediation controller's fence go through the same Redfish client a real BMC gets.
+PowerState and the ComputerSystem.Reset action, behind a Redfish session login (X-Auth-Token) or HTTP basic
+authentication. A reset powers the lab node off or cycles it (ha_ops.lab.node: every process killed and every link
+down; booted again with its services), so the node-loss fault and its undo go through the same Redfish client a real
+BMC gets.
 
-Only what a power backend needs is served: the service root, the Systems collection, each system, and its reset.
+Only what a power backend needs is served: the service root, sessions, the Systems collection, each system, and
+its reset.
 """
 
 from __future__ import annotations
@@ -12,11 +14,21 @@ import base64
 import hmac
 import json
 import logging
+import secrets
+import sys
 import threading
 from collections.abc import Callable
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Protocol
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from ha_ops.lab import mgmt
+from ha_ops.lab.context import LabContext, ServiceDef
+from ha_ops.util.atomic import write_atomic
+
+if TYPE_CHECKING:
+    from ha_ops.lab.cluster import Lab
 
 log = logging.getLogger(__name__)
 
@@ -53,8 +65,12 @@ def _system(name: str, on: bool) -> dict[str, Any]:
     }
 
 
+SESSIONS = f"{ROOT}/SessionService/Sessions"
+
+
 def make_handler(machines: Machines, user: str, password: str) -> type[BaseHTTPRequestHandler]:
     expected = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+    sessions: dict[str, str] = {}  # session id -> its X-Auth-Token (Redfish session login, as clients prefer)
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -79,6 +95,9 @@ def make_handler(machines: Machines, user: str, password: str) -> type[BaseHTTPR
             given = self.headers.get("Authorization", "")
             if hmac.compare_digest(given.encode(), expected.encode()):
                 return True
+            token = self.headers.get("X-Auth-Token", "")
+            if token and any(hmac.compare_digest(token.encode(), t.encode()) for t in list(sessions.values())):
+                return True
             self._error(HTTPStatus.UNAUTHORIZED, "authentication required")
             return False
 
@@ -93,6 +112,8 @@ def make_handler(machines: Machines, user: str, password: str) -> type[BaseHTTPR
                     "Name": "ha-ops lab BMC", "RedfishVersion": "1.8.0",
                     "UUID": "8f1c0a52-0b44-4c36-9d57-6a1d7e1b9e01",
                     "Systems": {"@odata.id": f"{ROOT}/Systems"},
+                    "SessionService": {"@odata.id": f"{ROOT}/SessionService"},
+                    "Links": {"Sessions": {"@odata.id": SESSIONS}},
                 })  # fmt: skip
                 return
             if not self._authorized():
@@ -113,7 +134,45 @@ def make_handler(machines: Machines, user: str, password: str) -> type[BaseHTTPR
                 return
             self._error(HTTPStatus.NOT_FOUND, f"no resource {path}")
 
+        def _body(self) -> Any:
+            length = int(self.headers.get("Content-Length") or 0)
+            return json.loads(self.rfile.read(length) or b"{}")
+
+        def _login(self) -> None:
+            """POST to the Sessions collection: the credentials in the body, a token in X-Auth-Token."""
+            try:
+                given = self._body()
+                ok = hmac.compare_digest(f"{given['UserName']}:{given['Password']}".encode(),
+                                         f"{user}:{password}".encode())  # fmt: skip
+            except (ValueError, KeyError, TypeError):
+                ok = False
+            if not ok:
+                self._error(HTTPStatus.UNAUTHORIZED, "authentication failed")
+                return
+            session, token = secrets.token_hex(8), secrets.token_urlsafe(24)
+            sessions[session] = token
+            body = json.dumps({"@odata.id": f"{SESSIONS}/{session}", "Id": session, "UserName": user}).encode()
+            self.send_response(HTTPStatus.CREATED)
+            self.send_header("X-Auth-Token", token)
+            self.send_header("Location", f"{SESSIONS}/{session}")
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_DELETE(self) -> None:
+            path = self._path()
+            if not self._authorized():
+                return
+            if not (path.startswith(f"{SESSIONS}/") and sessions.pop(path.removeprefix(f"{SESSIONS}/"), None)):
+                self._error(HTTPStatus.NOT_FOUND, f"no session {path}")
+                return
+            self._send(HTTPStatus.NO_CONTENT)
+
         def do_POST(self) -> None:
+            if self._path() == SESSIONS:
+                self._login()
+                return
             if not self._authorized():
                 return
             path = self._path()
@@ -123,8 +182,7 @@ def make_handler(machines: Machines, user: str, password: str) -> type[BaseHTTPR
                 self._error(HTTPStatus.NOT_FOUND, f"no action {path}")
                 return
             try:
-                length = int(self.headers.get("Content-Length") or 0)
-                reset_type = json.loads(self.rfile.read(length) or b"{}").get("ResetType")
+                reset_type = self._body().get("ResetType")
             except (ValueError, AttributeError):
                 self._error(HTTPStatus.BAD_REQUEST, "the body is not a JSON object")
                 return
@@ -181,3 +239,52 @@ class DictMachines:
         self.on[name] = reset_type not in ("ForceOff", "GracefulShutdown")
         if self.on_reset:
             self.on_reset(name, reset_type)
+
+
+# --- the lab's BMC service ---------------------------------------------------------------------------------------
+PORT = 8000
+USER = "admin"
+
+
+def password_file(ctx: LabContext) -> Path:
+    return ctx.paths.root / "bmc" / "password"
+
+
+def url(ctx: LabContext) -> str:
+    """On the operator's end of the management network, where a cluster's BMCs are reached."""
+    return f"http://{mgmt.operator_address(ctx)}:{PORT}"
+
+
+def prepare(ctx: LabContext) -> None:
+    """A password of the lab's own (kept; readable by root only), which the lab's inventory names by file."""
+    path = password_file(ctx)
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.parent.chmod(0o700)
+        write_atomic(path, secrets.token_urlsafe(18) + "\n", mode=0o600)
+
+
+def service(ctx: LabContext) -> ServiceDef:
+    argv = [sys.executable, "-m", "ha_ops", "lab", "bmc", "--name", ctx.name,
+            "--password-file", str(password_file(ctx))]  # fmt: skip
+    return ServiceDef("host", "bmc", argv, ctx.paths.host_logs / "bmc.log")
+
+
+class LabMachines:
+    """The lab's hosts as a BMC sees them: a reset powers a node off or boots it (ha_ops.lab.node)."""
+
+    def __init__(self, lab: Lab) -> None:
+        self.lab = lab
+
+    def names(self) -> list[str]:
+        return self.lab.ctx.host_names()
+
+    def powered_on(self, name: str) -> bool:
+        return self.lab.node(name).power_is_on()
+
+    def reset(self, name: str, reset_type: str) -> None:
+        node = self.lab.node(name)
+        if reset_type in ("ForceOff", "GracefulShutdown"):
+            node.power_off()
+        elif reset_type in ("ForceRestart", "PowerCycle") or not node.power_is_on():
+            node.power_cycle()  # "On" of a node that is on changes nothing, as on a real BMC

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import http.client
 import logging
 import os
 import shutil
 import signal
+import socket
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -20,7 +22,21 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ha_ops.errors import LabError, NotRootError
-from ha_ops.lab import agents, controllers, fabric, kubernetes, monitoring, netns, process, slurm, sshd, storage
+from ha_ops.lab import (
+    agents,
+    bmc,
+    controllers,
+    fabric,
+    kubernetes,
+    mgmt,
+    monitoring,
+    netns,
+    process,
+    slurm,
+    sshd,
+    storage,
+    systemctl,
+)
 from ha_ops.lab.context import LabContext, ServiceDef
 from ha_ops.lab.http import http_get
 from ha_ops.lab.paths import NODE_DIR, LabPaths, netns_name
@@ -42,6 +58,7 @@ mkdir -p /run/sshd /run/munge {NODE_DIR} /run/lock
 mount --bind "$2" /run/munge
 mount --bind "$3" {NODE_DIR}
 mount --bind "$4" /etc/hosts
+mount --bind "$5" /usr/local/sbin
 touch {NODE_DIR}/.holder-ready
 exec sleep infinity
 """
@@ -136,6 +153,7 @@ class Lab:
         fabric.prepare(ctx)
         slurm.prepare(ctx)
         sshd.prepare(ctx)
+        bmc.prepare(ctx)
         monitoring.prepare(ctx)
         agents.prepare(ctx)
         controllers.prepare(ctx)
@@ -148,6 +166,7 @@ class Lab:
         for node in ctx.layout.nodes:
             self._ensure_node(state, node.name, "host", str(node.address))
         fabric.wire(ctx)
+        mgmt.wire(ctx)
 
         progress("starting the fabric (FRR)")
         self._ensure_services(state, fabric.zebra_services(ctx))
@@ -161,7 +180,8 @@ class Lab:
             self._ensure_storage(state)
         self._ensure_services(state, [slurm.munged_service(ctx)])
         wait_for("munged socket", lambda: slurm.munge_socket(ctx).is_socket(), timeout=10, interval=0.02)
-        self._ensure_services(state, sshd.sshd_services(ctx))
+        self._ensure_services(state, sshd.sshd_services(ctx) + fabric.netwatch_services(ctx))
+        self._ensure_services(state, [systemctl.supervisor_service(ctx), bmc.service(ctx)])
         self._ensure_services(state, slurm.slurm_services(ctx))
         self._ensure_services(state, monitoring.monitoring_services(ctx))
         self._ensure_services(state, controllers.controller_services(ctx))
@@ -243,6 +263,7 @@ class Lab:
             str(self.paths.munge),
             str(node_dir),
             str(self.paths.hosts_file),
+            str(systemctl.install_shim(node_dir, systemctl.socket_path(self.ctx), name)),
         ]
         pid = process.spawn(argv, node_dir / "log" / "holder.log", enter=enter)
         wait_for(f"node {name} namespaces", ready.exists, timeout=5, interval=0.01)
@@ -357,11 +378,25 @@ class Lab:
             (n.name, f"http://{n.address}:{port}/metrics", f"{n.name} agent") for n in ctx.layout.nodes_with_role("gpu")
         ]
         problems = [p for node, url, what in checks if (p := self._http_problem(node, url, what))]
-        for node in ctx.layout.nodes:
+        for node in ctx.layout.nodes:  # on the hosts' own network, as the remediation controllers reach them
             try:
                 netns.connect_in(ctx.netns(node.name), (str(node.address), 22), timeout=1).close()
             except Exception as exc:
                 problems.append(f"{node.name} sshd: {exc}")
+        for name in mgmt.nodes(ctx):  # from the operator's machine, over the management network
+            try:
+                socket.create_connection((str(mgmt.address(ctx, name)), 22), timeout=1).close()
+            except OSError as exc:
+                problems.append(f"{name} sshd on the management network: {exc}")
+        if not systemctl.socket_path(ctx).is_socket():
+            problems.append(f"the lab's supervisor (the nodes' systemctl): no socket at {systemctl.socket_path(ctx)}")
+        try:  # http.client, not urllib: no proxy from the environment may get in between
+            connection = http.client.HTTPConnection(str(mgmt.operator_address(ctx)), bmc.PORT, timeout=1)
+            connection.request("GET", "/redfish/v1")
+            connection.getresponse().read()
+            connection.close()
+        except OSError as exc:
+            problems.append(f"the lab's BMC at {bmc.url(ctx)}: {exc}")
         return problems
 
     def status(self) -> dict:

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 from pathlib import Path
 
-from ha_ops.lab import netns
+from ha_ops.lab import netns, netwatch
 from ha_ops.lab.context import LabContext, ServiceDef
 from ha_ops.util.proc import run
 
@@ -110,6 +111,16 @@ def zebra_services(ctx: LabContext) -> list[ServiceDef]:
 
 def routing_services(ctx: LabContext) -> list[ServiceDef]:
     return [_daemon(ctx, s, d) for s in ctx.switch_names() for d in ("bfdd", "bgpd")]
+
+
+def netwatch_services(ctx: LabContext) -> list[ServiceDef]:
+    """Per host, what its network manager would do: the default route back when the uplink comes up."""
+    script = str(Path(netwatch.__file__))
+    services = []
+    for n in ctx.layout.nodes:
+        argv = [sys.executable, "-IS", script, HOST_IF, str(ctx.layout.leaf(n.leaf).gateway)]
+        services.append(ServiceDef(n.name, "netwatch", argv, ctx.node_dir(n.name) / "log" / "netwatch.log"))
+    return services
 
 
 def zserv_ready(ctx: LabContext, switch: str) -> bool:

@@ -118,9 +118,14 @@ class LabNode:
     def _dead_marker(self) -> Path:
         return self.lab.ctx.node_dir(self.name) / "hardware-dead"
 
+    @property
+    def _off_marker(self) -> Path:
+        return self.lab.ctx.node_dir(self.name) / "powered-off"
+
     def power_off(self, permanently: bool = False) -> None:
         """Power loss: every process on the node dies (its services and the jobs it runs) and every link goes
         down. `permanently`: broken hardware, which no power cycle brings back."""
+        self._off_marker.write_text("the BMC powered this node off\n")
         if permanently:
             self._dead_marker.write_text("no power cycle brings this node back\n")
         holder = self.lab.state().nodes[self.name].holder_pid  # the namespace is the hardware: it stays
@@ -132,6 +137,10 @@ class LabNode:
                 process.signal_pid(pid, signal.SIGKILL)
         for interface in self.interfaces():
             self.link_down(interface)
+
+    def power_is_on(self) -> bool:
+        """What the node's BMC reports: on unless powered off (and not booted again since)."""
+        return not self._off_marker.exists()
 
     def powered_on(self) -> bool:
         """Every service running and every link up: the node is as a power cycle leaves it."""
@@ -153,6 +162,7 @@ class LabNode:
             self.link_up(interface)
         for service in self.services():
             self.start(service)
+        self._off_marker.unlink(missing_ok=True)
 
     # --- links ----------------------------------------------------------------------------------------------
     def interfaces(self) -> list[str]:

@@ -1,9 +1,10 @@
-"""sshd on every lab host, with per-lab host keys and a lab client key; known_hosts lets clients verify."""
+"""sshd on every lab host and switch, with per-lab host keys and a lab client key; known_hosts lets clients verify."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from ha_ops.lab import mgmt
 from ha_ops.lab.context import LabContext, ServiceDef
 from ha_ops.util.proc import run
 
@@ -34,18 +35,20 @@ def prepare(ctx: LabContext) -> None:
     authorized.write_text(Path(f"{client_key(ctx)}.pub").read_text())
     authorized.chmod(0o600)
     entries = []
-    for node in ctx.layout.nodes:
-        key = host_key(ctx, node.name)
-        _keygen(key, f"{node.name}.{ctx.name}")
+    data = {n.name: str(n.address) for n in ctx.layout.nodes}  # switches have no address on the hosts' network
+    for name in mgmt.nodes(ctx):
+        key = host_key(ctx, name)
+        _keygen(key, f"{name}.{ctx.name}")
         public = Path(f"{key}.pub").read_text().split()
-        entries.append(f"{node.name},{node.address} {public[0]} {public[1]}")
-        config = ctx.node_dir(node.name) / "ssh" / "sshd_config"
+        addresses = [a for a in (data.get(name), str(mgmt.address(ctx, name))) if a]
+        entries.append(f"{','.join([name, *addresses])} {public[0]} {public[1]}")
+        config = ctx.node_dir(name) / "ssh" / "sshd_config"
         config.write_text(
             "\n".join(
                 [
-                    f"ListenAddress {node.address}",
+                    *(f"ListenAddress {a}" for a in addresses),
                     f"HostKey {key}",
-                    f"PidFile {ctx.node_dir(node.name) / 'ssh' / 'sshd.pid'}",
+                    f"PidFile {ctx.node_dir(name) / 'ssh' / 'sshd.pid'}",
                     f"AuthorizedKeysFile {authorized}",
                     "PermitRootLogin prohibit-password",
                     "PasswordAuthentication no",
@@ -53,6 +56,8 @@ def prepare(ctx: LabContext) -> None:
                     "UsePAM no",
                     "StrictModes no",
                     "PrintMotd no",
+                    # A real host keeps slurm.conf at /etc/slurm; lab nodes share /etc with this machine.
+                    *(f"SetEnv {k}={v}" for k, v in ctx.node_env().items()),
                     "LogLevel INFO",
                     "",
                 ]
@@ -62,14 +67,16 @@ def prepare(ctx: LabContext) -> None:
 
 
 def sshd_services(ctx: LabContext) -> list[ServiceDef]:
+    """One sshd per host and per switch: reached on the management network (and on the hosts' own network,
+    where the remediation controllers and Ansible reach the hosts)."""
     return [
         ServiceDef(
-            n.name,
+            name,
             "sshd",
-            ["/usr/sbin/sshd", "-D", "-e", "-f", str(ctx.node_dir(n.name) / "ssh" / "sshd_config")],
-            ctx.node_dir(n.name) / "log" / "sshd.log",
+            ["/usr/sbin/sshd", "-D", "-e", "-f", str(ctx.node_dir(name) / "ssh" / "sshd_config")],
+            ctx.node_dir(name) / "log" / "sshd.log",
         )
-        for n in ctx.layout.nodes
+        for name in mgmt.nodes(ctx)
     ]
 
 

@@ -8,6 +8,7 @@ from ha_ops.errors import LabError
 from ha_ops.lab import netns, process, storage
 from ha_ops.lab.fabric import HOST_IF
 from ha_ops.lab.state import LabState
+from ha_ops.storage import checks
 from ha_ops.storage.moosefs import MooseFS
 from ha_ops.transport.lab import LabTransport
 from ha_ops.util.wait import wait_for
@@ -95,38 +96,24 @@ def moosefs(lab: Lab) -> MooseFS:
 
 def write_files(lab: Lab, count: int, size_mib: int = 1, folder: str = "testdata") -> dict[str, str]:
     """Write `count` random files into the file system; returns {path: sha256} to check them later."""
-    target = storage.MOUNT / folder
-    script = (
-        f"mkdir -p {target} && for i in $(seq 1 {count}); do "
-        f"dd if=/dev/urandom of={target}/f$i bs=1M count={size_mib} status=none || exit 1; done && "
-        f"sync && sha256sum {target}/f*"
-    )
-    out = client(lab).run(["sh", "-c", script], timeout=60 + count * size_mib * 0.5).stdout
-    return {path: digest for digest, path in (line.split() for line in out.splitlines())}
+    return checks.write_files(client(lab), storage.MOUNT, count, size_mib, folder)
 
 
 def unreadable_files(lab: Lab, manifest: dict[str, str], node: str | None = None) -> list[str]:
-    """Files that cannot be read or whose checksum changed (empty: every file readable and intact)."""
-    transport = client(lab) if node is None else _transport(lab.state(), node)
-    result = transport.run(["sha256sum", *manifest], check=False, timeout=60 + len(manifest))
-    seen = {}
-    for line in result.stdout.splitlines():
-        digest, path = line.split()
-        seen[path] = digest
-    return [f"{path}: {'unreadable' if path not in seen else 'checksum differs'}"
-            for path, digest in manifest.items() if seen.get(path) != digest]  # fmt: skip
+    """Files that cannot be read or whose checksum changed, from the first client or `node`."""
+    return checks.unreadable_files(client(lab) if node is None else _transport(lab.state(), node), manifest)
 
 
 def under_replicated(lab: Lab, paths: list[str]) -> list[str]:
     """Files with a chunk below the spec's replica count (empty: every chunk at its goal)."""
     assert lab.ctx.spec.storage is not None
-    goal = lab.ctx.spec.storage.replicas
-    problems = []
-    for path, copies in moosefs(lab).file_copies(paths).items():
-        low = {c: n for c, n in copies.items() if c < goal}
-        if low or not copies:
-            problems.append(f"{path}: {low or 'no chunk information'}")
-    return problems
+    return checks.under_replicated(moosefs(lab), paths, lab.ctx.spec.storage.replicas)
+
+
+def storage_checks(lab: Lab) -> checks.StorageChecks:
+    assert lab.ctx.spec.storage is not None
+    return checks.StorageChecks(client(lab), str(storage.master_address(lab.ctx)), storage.MOUNT,
+                                lab.ctx.spec.storage.replicas, lab.paths.root)  # fmt: skip
 
 
 def promote_metalogger(lab: Lab) -> float:

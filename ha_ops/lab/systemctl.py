@@ -4,8 +4,16 @@ lab node is the command a real host runs. Exit codes follow systemctl's (3: inac
 
 from __future__ import annotations
 
+import json
+import socketserver
+import sys
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
+
+from ha_ops.cluster.commands import UNITS
+from ha_ops.lab.context import LabContext, ServiceDef
 
 # The signals `systemctl kill` may send on a lab node, by name or number, and what each does to a service.
 SIGNALS = {
@@ -15,6 +23,7 @@ SIGNALS = {
     **dict.fromkeys(("SIGTERM", "TERM", "15"), "stop"),
 }
 VERBS = ("start", "stop", "restart", "kill", "is-active", "show")
+SERVICE_OF_UNIT = {unit: service for service, unit in UNITS.items()}
 
 
 class Usage(ValueError):
@@ -55,6 +64,7 @@ def parse(argv: list[str]) -> Call:
     if len(rest) != 2 or rest[0] not in VERBS:
         raise Usage(f"supported on a lab node: {', '.join(VERBS)} with one unit; got {' '.join(argv) or 'nothing'}")
     verb, unit = rest[0], rest[1].removesuffix(".service")
+    unit = SERVICE_OF_UNIT.get(unit, unit)  # a host's unit name (ha-ops-agent) is the lab's service (agent)
     if verb == "kill":
         if signal not in SIGNALS:
             raise Usage(f"signal {signal} is not supported on a lab node ({', '.join(sorted(SIGNALS))})")
@@ -96,3 +106,88 @@ def run(node: Services, call: Call) -> tuple[int, str]:
         return 5, f"Failed to {call.verb} {call.unit}.service: Unit {call.unit}.service not found."
     getattr(node, call.verb)(call.unit)
     return 0, ""
+
+
+def answer(node: Services, argv: list[str]) -> dict[str, object]:
+    """systemctl's exit code and output for one command line: what the node's shim prints and exits with."""
+    try:
+        call = parse(argv)
+    except Usage as exc:
+        return {"code": 1, "stdout": "", "stderr": f"systemctl (ha-ops lab): {exc}\n"}
+    try:
+        code, text = run(node, call)
+    except Exception as exc:  # the supervisor's failure, told the way systemctl tells a failed job
+        return {"code": 1, "stdout": "", "stderr": f"Job for {call.unit}.service failed: {exc}\n"}
+    text = f"{text}\n" if text else ""
+    to_stdout = code == 0 or call.verb == "is-active"
+    return {"code": code, "stdout": text if to_stdout else "", "stderr": "" if to_stdout else text}
+
+
+class _Handler(socketserver.StreamRequestHandler):
+    nodes: Callable[[str], Services]
+
+    def handle(self) -> None:
+        try:
+            request = json.loads(self.rfile.readline())
+            reply = answer(self.nodes(str(request["node"])), [str(a) for a in request["args"]])
+        except Exception as exc:
+            reply = {"code": 1, "stdout": "", "stderr": f"systemctl (ha-ops lab): {exc}\n"}
+        self.wfile.write(json.dumps(reply).encode() + b"\n")
+
+
+class Supervisor(socketserver.ThreadingUnixStreamServer):
+    """What the nodes' `systemctl` talks to: a Unix socket in the lab's folder (which every node sees), served
+    from this machine's namespaces, where the lab's processes are managed."""
+
+    daemon_threads = True
+
+    def __init__(self, path: Path, nodes: Callable[[str], Services]) -> None:
+        path.unlink(missing_ok=True)
+        handler = type("Handler", (_Handler,), {"nodes": staticmethod(nodes)})
+        super().__init__(str(path), handler)
+        path.chmod(0o600)
+
+
+SHIM = """#!{python} -IS
+# ha-ops lab: this node has no init system. Its services are the lab's: this asks the lab's supervisor
+# (ha_ops.lab.systemctl) to do what systemctl would, and prints and exits as systemctl does.
+import json, socket, sys
+
+try:
+    s = socket.socket(socket.AF_UNIX)
+    s.settimeout(120)
+    s.connect({socket!r})
+    s.sendall(json.dumps({{"node": {node!r}, "args": sys.argv[1:]}}).encode() + b"\\n")
+    data = b""
+    while not data.endswith(b"\\n"):
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    reply = json.loads(data)
+except (OSError, ValueError) as exc:
+    sys.stderr.write("systemctl (ha-ops lab): the lab's supervisor at {socket} does not answer: %s\\n" % exc)
+    sys.exit(1)
+sys.stdout.write(reply["stdout"])
+sys.stderr.write(reply["stderr"])
+sys.exit(reply["code"])
+"""
+
+
+def install_shim(node_dir: Path, socket_path: Path, node: str) -> Path:
+    """Write the node's `systemctl` into a folder the node mounts over /usr/local/sbin (first on a login's PATH)."""
+    folder = node_dir / "sbin"
+    folder.mkdir(parents=True, exist_ok=True)
+    script = folder / "systemctl"
+    script.write_text(SHIM.format(python=sys.executable, socket=str(socket_path), node=node))
+    script.chmod(0o755)
+    return folder
+
+
+def socket_path(ctx: LabContext) -> Path:
+    return ctx.paths.root / "supervisor.sock"
+
+
+def supervisor_service(ctx: LabContext) -> ServiceDef:
+    argv = [sys.executable, "-m", "ha_ops", "lab", "supervisor", "--name", ctx.name, "--socket", str(socket_path(ctx))]
+    return ServiceDef("host", "supervisor", argv, ctx.paths.host_logs / "supervisor.log")

@@ -5,7 +5,11 @@ is the command an on-call engineer types on a real cluster; its placeholders say
                     ansible_become): `{ssh:ctl1} systemctl start slurmctld`
     {on:HOST}       how ha-ops runs on HOST: `{ssh:ctl1} {on:ctl1} controller status`
     {address:HOST}  HOST's address in the cluster spec (what its services listen on)
-    {ha_ops}        ha-ops on the operator's machine;  {spec}, {inventory}, {cluster}
+    {ha_ops}        ha-ops on the operator's machine;  {target}: how its commands name this cluster
+                    (`--inventory FILE`);  {spec}, {inventory}, {cluster}
+    {controller_state}  the remediation controllers' shared state folder (lease, state, audit log): the
+                    inventory's ha_ops_controller_state_dir, default /var/lib/ha-ops/controller
+    {mfsmaster}     the storage master's service address (the spec's)
 
 In the lab, {ssh:HOST} enters the node (`ha-ops lab exec HOST --`), and {lab}, {root}, {python}, {mfsmaster} name the
 lab's own folder and tools for the few `lab_run` steps where the lab truly differs."""

@@ -30,6 +30,7 @@ from pydantic import Field, ValidationError
 from ha_ops.chaos import faults, hold, runner, target
 from ha_ops.chaos.plan import UNSET, Condition, baselines_of
 from ha_ops.cluster.base import Cluster
+from ha_ops.cluster.gpu import CapabilityMissing
 from ha_ops.errors import SpecError
 from ha_ops.runbooks.placeholders import fill
 from ha_ops.spec.load import validation_problems
@@ -99,6 +100,9 @@ class StepResult:
 class Verification:
     runbook: str
     steps: list[StepResult] = field(default_factory=list)
+    # Why the runbook cannot be verified on this cluster (its failure needs a capability the cluster lacks, such as
+    # the lab's driver builds): nothing was injected, nothing ran, and it is not counted as up to date.
+    unverifiable: str | None = None
 
     @property
     def stale(self) -> list[StepResult]:
@@ -133,7 +137,11 @@ def _verify(path: Path, cluster: Cluster, configuration: dict[str, str]) -> Veri
     runbook, _ = load_runbook(path)
     result = Verification(runbook.id)
     experiment = runner.load_experiment(runbook.trigger.experiment, configuration, dict(runbook.trigger.vars))
-    runner.preflight(experiment, cluster)  # every target reachable and able, before the failure goes in
+    try:
+        runner.preflight(experiment, cluster)  # every target reachable and able, before the failure goes in
+    except CapabilityMissing as exc:
+        result.unverifiable = str(exc)
+        return result
     claims: list[StepResult] = []
     experiment_over = threading.Event()
     baselines = baselines_of(list(runbook.checks), configuration)  # for claims that wait for a change

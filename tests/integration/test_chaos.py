@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ from ha_ops.chaos import faults
 from ha_ops.chaos.probes import reachable as reachable_probe
 from ha_ops.lab.cluster import Lab
 from ha_ops.util.wait import wait_for
-from tests.labkit import REPO, cluster, target
+from tests.labkit import REPO, OverSsh, cluster, over_ssh, target
 
 pytestmark = [pytest.mark.lab, pytest.mark.usefixtures("clean_lab")]
 
@@ -85,6 +86,45 @@ def test_cleanup_restores_the_lab_after_the_runner_is_killed_mid_fault(lab: Lab)
     assert result.returncode == 0 and "link:gpu2:eth0" in result.stdout
     assert reachable("gpu2", "gpu1", lab)
     assert faults.active(cluster(lab)) == []
+
+
+@pytest.fixture(scope="module")
+def ssh(lab: Lab, tmp_path_factory: pytest.TempPathFactory) -> OverSsh:
+    return over_ssh(lab, tmp_path_factory.mktemp("over-ssh"))
+
+
+def kill_runner_once(ssh: OverSsh, experiment: Path, injected: Callable[[], bool]) -> None:
+    """`chaos run --inventory` killed with SIGKILL as soon as its fault is in."""
+    cmd = [sys.executable, "-m", "ha_ops", "chaos", "run", str(experiment), "--inventory", str(ssh.inventory)]
+    runner = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ssh.env)
+    try:
+        wait_for("the fault injected", injected, timeout=60, interval=0.2)
+    finally:
+        runner.kill()
+        runner.wait(10)
+    time.sleep(0.5)
+
+
+def test_over_ssh_cleanup_restores_a_link_and_a_frozen_service_after_the_runner_is_killed(
+    lab: Lab, ssh: OverSsh
+) -> None:
+    # What the runner did and cleanup undoes goes over SSH; what the test checks is read through the lab itself.
+    cleanup = ("chaos", "cleanup", "--inventory", str(ssh.inventory))
+    kill_runner_once(ssh, EXPERIMENTS / "link-down-held.yaml", lambda: not reachable("gpu2", "gpu1", lab))
+    assert not reachable("gpu2", "gpu1", lab)  # the killed runner left the link down
+    result = ssh.ha_ops(*cleanup, timeout=120)
+    assert result.returncode == 0 and "link:gpu2:eth0" in result.stdout, result.stdout + result.stderr
+    assert reachable("gpu2", "gpu1", lab)  # the link up, and the default route back (the host's network manager)
+
+    ctl1 = lab.node("ctl1")
+    kill_runner_once(ssh, EXPERIMENTS / "slurm-primary-freeze.yaml", lambda: ctl1.is_frozen("slurmctld"))
+    assert ctl1.is_frozen("slurmctld")
+    result = ssh.ha_ops(*cleanup, timeout=180)
+    assert result.returncode == 0 and "service:ctl1:slurmctld" in result.stdout, result.stdout + result.stderr
+    assert ctl1.is_running("slurmctld") and not ctl1.is_frozen("slurmctld")
+    assert lab.slurm_controllers() == {"ctl1": "UP", "ctl2": "UP"}
+    again = ssh.ha_ops(*cleanup, timeout=60)
+    assert again.returncode == 0 and "rolled back 0 fault(s)" in again.stdout, again.stdout + again.stderr
 
 
 def test_targets_outside_the_spec_are_refused_and_nothing_is_journaled(lab: Lab) -> None:

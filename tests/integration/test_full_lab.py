@@ -1,6 +1,8 @@
-"""The full lab (examples/lab-storage.yaml: MooseFS, both remediation controllers): the standard game day end to
-end, red when recovery is broken, and every runbook verified. The game day's reports are kept as a CI artifact
-under $HA_OPS_ARTIFACTS (default: artifacts/ in the checkout)."""
+"""The full lab (examples/lab-storage.yaml: MooseFS, both remediation controllers) reached as a real cluster is:
+over SSH with the inventory `ha-ops lab inventory --ssh` writes (the lab's sshd and host keys on its management
+network, its Redfish BMC, systemctl on each node), no nsenter and no lab PIDs. The standard game day end to end, red
+when recovery is broken, and every runbook verified. The game day's reports are kept as a CI artifact under
+$HA_OPS_ARTIFACTS (default: artifacts/ in the checkout)."""
 
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from ha_ops.chaos import faults
 from ha_ops.lab.cluster import Lab
 from ha_ops.lab.paths import LabPaths
 from ha_ops.spec import load_spec
-from tests.labkit import REPO, cluster, reset_remediation, running_lab
+from tests.labkit import REPO, OverSsh, cluster, over_ssh, reset_remediation, running_lab
 
 pytestmark = pytest.mark.lab
 
@@ -36,16 +38,23 @@ def flab() -> Iterator[Lab]:
         faults.cleanup(cluster(lab))
 
 
-def gameday(plan: Path, reports: Path, *extra: str) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "ha_ops", "gameday", "run", str(plan), "--lab", LAB_NAME, "--report-dir", str(reports),
-           "--json", *extra]  # fmt: skip
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+@pytest.fixture(scope="module")
+def ssh(flab: Lab, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OverSsh]:
+    reached = over_ssh(flab, tmp_path_factory.mktemp("over-ssh"))
+    yield reached
+    left = reached.ha_ops("chaos", "cleanup", "--inventory", str(reached.inventory))
+    assert left.returncode == 0, left.stdout + left.stderr
 
 
-def test_the_standard_game_day_passes_end_to_end_within_10_minutes(flab: Lab) -> None:
+def gameday(ssh: OverSsh, plan: Path, reports: Path, *extra: str) -> subprocess.CompletedProcess:
+    return ssh.ha_ops("gameday", "run", str(plan), "--inventory", str(ssh.inventory), "--report-dir", str(reports),
+                      "--json", *extra)  # fmt: skip
+
+
+def test_the_standard_game_day_passes_end_to_end_over_ssh_within_10_minutes(flab: Lab, ssh: OverSsh) -> None:
     reports = ARTIFACTS / "gameday-standard"
     started = time.monotonic()
-    result = gameday(STANDARD, reports)
+    result = gameday(ssh, STANDARD, reports)
     elapsed = time.monotonic() - started
     report = json.loads((reports / "gameday.json").read_text())
     lines = [f"standard game day: {elapsed:.0f} s, {'passed' if report['passed'] else 'FAILED'}"]
@@ -70,7 +79,9 @@ def test_the_standard_game_day_passes_end_to_end_within_10_minutes(flab: Lab) ->
     assert faults.active(cluster(flab)) == []
 
 
-def test_the_game_day_goes_red_naming_the_fault_when_the_slurm_backup_is_disabled(flab: Lab, tmp_path: Path) -> None:
+def test_the_game_day_goes_red_naming_the_fault_when_the_slurm_backup_is_disabled(
+    flab: Lab, ssh: OverSsh, tmp_path: Path
+) -> None:
     plan = yaml.safe_load(STANDARD.read_text())
     # The plan's steady state would refuse to start without the backup; here the backup is the broken recovery.
     plan["steady"] = [c for c in plan["steady"] if c["probe"] != "slurm_controller_status"]
@@ -81,7 +92,7 @@ def test_the_game_day_goes_red_naming_the_fault_when_the_slurm_backup_is_disable
     reset_remediation(flab)  # fresh controllers: the breaker's window still counts the standard run's cordons
     flab.node("ctl2").stop("slurmctld")
     try:
-        result = gameday(path, tmp_path / "reports", "--only", "Slurm primary kill", "--only", "GPU XID 79")
+        result = gameday(ssh, path, tmp_path / "reports", "--only", "Slurm primary kill", "--only", "GPU XID 79")
     finally:
         flab.node("ctl2").start("slurmctld")
         faults.cleanup(cluster(flab))
@@ -95,17 +106,45 @@ def test_the_game_day_goes_red_naming_the_fault_when_the_slurm_backup_is_disable
     assert 'failures="1"' in junit and "Slurm primary kill" in junit
 
 
-def test_every_runbook_is_verified_in_the_lab(flab: Lab) -> None:
+def test_the_gpu_game_day_goes_red_with_both_remediation_controllers_stopped(
+    flab: Lab, ssh: OverSsh, tmp_path: Path
+) -> None:
     reset_remediation(flab)
-    cmd = [sys.executable, "-m", "ha_ops", "runbook", "verify", "--all", "--lab", LAB_NAME, "--json"]
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    for node in ("ctl1", "ctl2"):
+        flab.node(node).stop("controller")
+    try:
+        result = gameday(ssh, REPO / "chaos" / "gamedays" / "gpu.yaml", tmp_path / "reports")
+    finally:
+        faults.cleanup(cluster(flab))
+        reset_remediation(flab)  # controllers started again, the GPU and the node back in service
+    assert result.returncode == 1, result.stdout + result.stderr
+    report = json.loads((tmp_path / "reports" / "gameday.json").read_text())
+    [fault] = report["faults"]
+    assert report["passed"] is False and fault["verdict"] == "failed" and "not detected" in fault["why"], fault
+
+
+def test_every_runbook_is_verified_over_ssh_and_the_two_the_lab_alone_can_inject_in_the_lab(
+    flab: Lab, ssh: OverSsh
+) -> None:
+    reset_remediation(flab)
+    result = ssh.ha_ops("runbook", "verify", "--all", "--inventory", str(ssh.inventory), "--json", timeout=1800)
     reports = json.loads(result.stdout) if result.stdout.strip().startswith("[") else []
     stale = {r["runbook"]: [s for s in r["steps"] if not s["ok"]] for r in reports if r["stale"]}
     assert result.returncode == 0 and not stale, (stale, result.stderr[-3000:])
-    names = {r["runbook"] for r in reports}
-    assert names == {
+    assert {r["runbook"] for r in reports if not r["unverifiable"]} == {
         "gpu-failure", "node-loss", "fabric-link-failure", "silent-link-failure", "slurm-primary-failure",
-        "remediation-controller-failure", "storage-node-failure", "storage-master-failure", "monitoring-outage",
-        "driver-rollout-failure",
+        "remediation-controller-failure", "storage-node-failure", "monitoring-outage",
     }  # fmt: skip
+    assert all(r["manual"] and r["as_written"] == r["manual"] for r in reports if not r["unverifiable"]), reports
+    lab_only = {r["runbook"]: r["unverifiable"] for r in reports if r["unverifiable"]}
+    assert set(lab_only) == {"driver-rollout-failure", "storage-master-failure"}, lab_only
+    assert all("capability of the local lab" in why for why in lab_only.values()), lab_only
+
+    reset_remediation(flab)
+    cmd = [sys.executable, "-m", "ha_ops", "runbook", "verify", *(str(REPO / "runbooks" / f"{r}.md") for r in lab_only),
+           "--lab", LAB_NAME, "--json"]  # fmt: skip
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    reports = json.loads(result.stdout) if result.stdout.strip().startswith("[") else []
+    stale = {r["runbook"]: [s for s in r["steps"] if not s["ok"]] for r in reports if r["stale"]}
+    assert result.returncode == 0 and not stale and len(reports) == 2, (stale, result.stderr[-3000:])
     assert faults.active(cluster(flab)) == []

@@ -30,6 +30,16 @@ def test_services_go_through_systemctl(action: str, argv: list[str], check: bool
     assert command.check is check
 
 
+def test_services_are_sent_as_the_units_a_host_runs_them_as() -> None:
+    (agent,) = commands.service(ServiceOp(host="gpu1", unit="agent", action="freeze"))
+    assert list(agent.argv) == ["systemctl", "kill", "--signal=SIGSTOP", "ha-ops-agent"]
+    assert list(commands.service_active("chunkserver").argv)[-1] == "moosefs-chunkserver"
+    # the inventory's ha_ops_units names another unit; a service no mapping knows is its own unit
+    (own,) = commands.service(ServiceOp(host="gpu1", unit="agent", action="start"), {"agent": "gpu-agent"})
+    assert list(own.argv) == ["systemctl", "start", "gpu-agent"]
+    assert list(commands.service_loaded("slurmctld", {"agent": "x"}).argv)[-1] == "slurmctld"
+
+
 def test_links_and_rate_limits() -> None:
     assert argvs(commands.link(LinkOp(host="gpu1", interface="eth0", up=False))) == [
         ["ip", "link", "set", "dev", "eth0", "down"]

@@ -73,3 +73,31 @@ def test_the_raw_protocol(bmc) -> None:  # type: ignore[no-untyped-def]
         urllib.request.urlopen(bad, timeout=5)
     assert info.value.code == 400 and b"ResetType 'Explode'" in info.value.read()
     assert resets == []
+
+
+def test_clients_log_in_with_a_session_as_on_a_real_bmc(bmc, monkeypatch, caplog) -> None:  # type: ignore[no-untyped-def]
+    server, _, _ = bmc
+    monkeypatch.setenv("HAO_LAB_BMC", "lab-secret")
+    assert power(server.url).state() == "on"
+    assert "Falling back" not in caplog.text and "failed" not in caplog.text  # sushy's session login, no fallback
+    login = json.dumps({"UserName": "admin", "Password": "lab-secret"}).encode()
+    request = urllib.request.Request(server.url + "/redfish/v1/SessionService/Sessions", data=login, method="POST")
+    with urllib.request.urlopen(request, timeout=5) as answer:
+        token, location = answer.headers["X-Auth-Token"], answer.headers["Location"]
+    system = urllib.request.Request(server.url + "/redfish/v1/Systems/gpu1", headers={"X-Auth-Token": token})
+    with urllib.request.urlopen(system, timeout=5) as answer:
+        assert json.loads(answer.read())["PowerState"] == "On"
+    gone = urllib.request.Request(server.url + location, headers={"X-Auth-Token": token}, method="DELETE")
+    with urllib.request.urlopen(gone, timeout=5) as answer:
+        assert answer.status == 204
+    with pytest.raises(urllib.error.HTTPError) as info:  # the session ended: its token no longer works
+        urllib.request.urlopen(urllib.request.Request(server.url + "/redfish/v1/Systems",
+                                                      headers={"X-Auth-Token": token}), timeout=5)  # fmt: skip
+    assert info.value.code == 401
+    info.value.close()
+    wrong = json.dumps({"UserName": "admin", "Password": "guess"}).encode()
+    with pytest.raises(urllib.error.HTTPError) as info:
+        urllib.request.urlopen(urllib.request.Request(server.url + "/redfish/v1/SessionService/Sessions",
+                                                      data=wrong, method="POST"), timeout=5)  # fmt: skip
+    assert info.value.code == 401
+    info.value.close()

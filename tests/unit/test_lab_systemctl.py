@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import subprocess
+import threading
+from pathlib import Path
+
 import pytest
 
 from ha_ops.cluster import commands
 from ha_ops.cluster.ops import ServiceOp
-from ha_ops.lab.systemctl import Call, Usage, parse, run
+from ha_ops.lab.systemctl import Call, Supervisor, Usage, answer, install_shim, parse, run
 
 
 class Node:
@@ -55,6 +59,12 @@ def test_every_command_the_ssh_path_sends_means_the_same_on_a_lab_node(action: s
     assert node.calls == [f"{action} slurmd"]
 
 
+def test_a_hosts_unit_names_mean_the_labs_services() -> None:
+    (command,) = commands.service(ServiceOp(host="gpu1", unit="agent", action="freeze"))  # sent as ha-ops-agent
+    assert parse(list(command.argv[1:])) == Call("freeze", "agent")
+    assert parse(["is-active", "moosefs-chunkserver.service"]) == Call("is-active", "chunkserver")
+
+
 def test_questions_about_units() -> None:
     node = Node()
     loaded = commands.service_loaded("slurmd")
@@ -81,3 +91,41 @@ def test_questions_about_units() -> None:
 def test_what_the_shim_does_not_do_is_refused(argv: list[str]) -> None:
     with pytest.raises(Usage):
         parse(argv)
+
+
+def test_the_shim_a_node_runs_talks_to_the_supervisor_and_exits_as_systemctl_does(tmp_path: Path) -> None:
+    # The node's real script, run as a login on the node would, against a supervisor on a real Unix socket.
+    node = Node()
+    sock = tmp_path / "supervisor.sock"
+    server = Supervisor(sock, {"gpu1": node}.__getitem__)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        shim = install_shim(tmp_path / "gpu1", sock, "gpu1") / "systemctl"
+
+        def systemctl(*argv: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run([str(shim), *argv], capture_output=True, text=True, timeout=20, check=False)
+
+        active = systemctl("is-active", "slurmd.service")
+        assert (active.returncode, active.stdout) == (0, "active\n")
+        assert systemctl("kill", "--signal=SIGSTOP", "slurmd").returncode == 0 and node.calls == ["freeze slurmd"]
+        missing = systemctl("restart", "nosuch")
+        assert missing.returncode == 5 and "Unit nosuch.service not found" in missing.stderr and not missing.stdout
+        bad = systemctl("enable", "slurmd")
+        assert bad.returncode == 1 and "supported on a lab node" in bad.stderr
+    finally:
+        server.shutdown()
+        server.server_close()
+    down = subprocess.run([str(shim), "is-active", "slurmd"], capture_output=True, text=True, timeout=20, check=False)
+    assert down.returncode == 1 and "supervisor at" in down.stderr and "does not answer" in down.stderr
+
+
+def test_a_failing_service_action_is_told_as_a_failed_job() -> None:
+    node = Node()
+
+    def start(service: str) -> int:
+        raise RuntimeError("no such binary")
+
+    node.start = start  # type: ignore[method-assign]
+    reply = answer(node, ["start", "slurmd"])
+    assert reply == {"code": 1, "stdout": "", "stderr": "Job for slurmd.service failed: no such binary\n"}

@@ -1,0 +1,61 @@
+"""The lab as an operator's inventory (`ha-ops lab inventory --ssh`): every host and switch at its address on the
+management network, the lab's ssh key and known_hosts, each host's BMC (the lab's Redfish service), fake-GPU
+injection on the GPU nodes, and the lab's spec. `--inventory` commands then reach the lab exactly as they reach a
+cluster of real machines: over SSH, with verified host keys, and no nsenter."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ha_ops.lab import bmc, controllers, mgmt, storage
+from ha_ops.lab.agents import gpu_dir
+from ha_ops.lab.context import LabContext
+from ha_ops.lab.sshd import client_key, known_hosts
+from ha_ops.spec.inventory import render_inventory
+from ha_ops.util.atomic import write_atomic
+
+
+def spec_file(ctx: LabContext) -> Path:
+    return ctx.paths.etc / "spec.yaml"
+
+
+def ssh_inventory(ctx: LabContext) -> dict[str, Any]:
+    """The spec's inventory (groups, failure domains) with what the SSH path needs to reach and drive the lab."""
+    write_atomic(spec_file(ctx), yaml.safe_dump(ctx.spec.model_dump(mode="json"), sort_keys=False))
+    inventory = render_inventory(ctx.spec)
+    inventory["all"]["vars"] |= {
+        "ansible_user": "root",
+        "ansible_ssh_private_key_file": str(client_key(ctx)),
+        "ha_ops_known_hosts": str(known_hosts(ctx)),
+        "ha_ops_spec": str(spec_file(ctx)),
+        "ha_ops_shared_dir": str(ctx.paths.shared),
+        "ha_ops_storage_mount": str(storage.MOUNT),  # where the storage's clients mount MooseFS
+        "ha_ops_controller_state_dir": str(controllers.state_dir(ctx)),
+        # The nodes share this machine's files: the ha-ops a node runs is this one.
+        "ha_ops_command": shlex.join([sys.executable, "-m", "ha_ops"]),
+    }
+    hosts = inventory["all"]["hosts"]
+    for node in ctx.layout.nodes:
+        hosts[node.name] |= {
+            "ansible_host": str(mgmt.address(ctx, node.name)),
+            "ha_ops_bmc": {
+                "kind": "redfish",
+                "address": bmc.url(ctx),
+                "user": bmc.USER,
+                "password_file": str(bmc.password_file(ctx)),
+                "system": f"/redfish/v1/Systems/{node.name}",
+            },
+        }
+        if "gpu" in node.roles:
+            hosts[node.name] |= {"ha_ops_gpu_injection": "fake", "ha_ops_fake_gpu_dir": str(gpu_dir(ctx, node.name))}
+    switches = {}
+    for name in ctx.switch_names():
+        hosts[name] = {"ansible_host": str(mgmt.address(ctx, name))}
+        switches[name] = None
+    inventory["all"]["children"]["switches"] = {"hosts": switches}
+    return inventory
