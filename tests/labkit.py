@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ha_ops.lab.cluster import Lab, netns_prefix, pids_naming
+from ha_ops.lab.mgmt import root_interface
 from ha_ops.lab.netns import list_with_prefix
 from ha_ops.lab.paths import LabPaths
 from ha_ops.lab.process import cmdline
@@ -32,6 +33,8 @@ def make_lab(name: str) -> Lab:
 def leftovers(name: str) -> list[str]:
     """Everything of lab `name` still present: namespaces, processes naming its folder, mounts."""
     found = [f"namespace {ns}" for ns in list_with_prefix(netns_prefix(name))]
+    if Path(f"/sys/class/net/{root_interface(name)}").exists():  # the management network's end on this machine
+        found.append(f"interface {root_interface(name)}")
     root = str(LabPaths.for_lab(name).root)
     for pid in pids_naming(Path(root)):
         command = cmdline(pid) or ["?"]

@@ -31,9 +31,9 @@ def namespace(ctx: LabContext) -> str:
     return netns_name(ctx.name, "-mgmt")  # "hao-LAB--mgmt": no node name starts with "-"
 
 
-def root_interface(ctx: LabContext) -> str:
+def root_interface(lab: str) -> str:
     """The operator's end, in the root namespace (at most 15 characters, like every interface name)."""
-    return "hao-m-" + hashlib.sha256(ctx.name.encode()).hexdigest()[:8]
+    return "hao-m-" + hashlib.sha256(lab.encode()).hexdigest()[:8]
 
 
 def _subnet_file(ctx: LabContext) -> Path:
@@ -104,7 +104,7 @@ def wire(ctx: LabContext) -> None:
     if not _exists(BRIDGE, ns):
         netns.ip("link", "add", "name", BRIDGE, "type", "bridge", netns=ns)
     netns.ip("link", "set", BRIDGE, "up", netns=ns)
-    outside = root_interface(ctx)
+    outside = root_interface(ctx.name)
     if not _exists(outside, None):
         netns.ip("link", "add", "name", outside, "type", "veth", "peer", "name", UPLINK, "netns", ns)
     netns.ip("addr", "replace", f"{operator_address(ctx)}/{prefix}", "dev", outside)

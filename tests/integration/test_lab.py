@@ -95,9 +95,15 @@ def test_prometheus_and_alertmanager_configured_from_the_spec(lab: Lab) -> None:
     from ha_ops.lab import monitoring
 
     ns = lab.ctx.netns("mon1")
-    status, body = http_get(ns, monitoring.prometheus_url(lab.ctx) + "/api/v1/targets")
-    assert status == 200
-    targets = json.loads(body)["data"]["activeTargets"]
+
+    def listed() -> list[dict]:
+        status, body = http_get(ns, monitoring.prometheus_url(lab.ctx) + "/api/v1/targets")
+        assert status == 200
+        return json.loads(body)["data"]["activeTargets"]
+
+    # Prometheus is ready before its first target discovery: a lab just built may list none for a moment.
+    wait_for("Prometheus lists its targets", lambda: len(listed()) >= 8, timeout=10, interval=0.2)
+    targets = listed()
     jobs = {t["labels"]["job"] for t in targets}
     assert jobs == {"prometheus", "alertmanager", "ha-ops-agent", "ha-ops-controller"}
     assert len([t for t in targets if t["labels"]["job"] == "ha-ops-agent"]) == 4
@@ -162,7 +168,7 @@ def test_status_cli_reports_real_liveness(lab: Lab) -> None:
 def test_unknown_service_and_interface_are_named_in_the_error(lab: Lab) -> None:
     from ha_ops.errors import LabError
 
-    with pytest.raises(LabError, match="runs no service 'nope'; it runs: sshd, slurmd"):
+    with pytest.raises(LabError, match="runs no service 'nope'; it runs: sshd, netwatch, slurmd"):
         lab.node("gpu1").kill("nope")
     with pytest.raises(LabError, match="no interface 'eth9'"):
         lab.node("gpu1").link_down("eth9")

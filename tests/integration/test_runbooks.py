@@ -35,7 +35,7 @@ def test_a_stale_claim_and_a_stale_command_are_named(lab: Lab, tmp_path: Path) -
     text = text.replace("experiment: ../chaos/", f"experiment: {REPO}/chaos/")
     # A claim the system no longer meets (a healthy node is never "replaced" in 5 s) and a renamed command.
     text = text.replace("    equals: drained\n", "    equals: replaced\n")
-    text = text.replace("-m ha_ops audit verify", "-m ha_ops audit check-chain")
+    text = text.replace("{on:ctl1} audit verify", "{on:ctl1} audit check-chain")
     path = tmp_path / "stale.md"
     path.write_text(text)
     result = verify(lab, path)

@@ -57,7 +57,7 @@ def test_every_node_and_switch_has_its_own_address_and_the_operator_the_first(tm
     assert len(set(addresses)) == len(addresses) == len(ctx.switch_names()) + len(ctx.host_names())
     assert all(a in mgmt.subnet(ctx) and a != mgmt.operator_address(ctx) for a in addresses)
     assert mgmt.operator_address(ctx) == mgmt.subnet(ctx).network_address + 1
-    assert len(mgmt.root_interface(ctx)) <= 15 and mgmt.namespace(ctx).startswith("hao-one-")
+    assert len(mgmt.root_interface(ctx.name)) <= 15 and mgmt.namespace(ctx).startswith("hao-one-")
 
 
 def test_the_lab_inventory_for_ssh_reaches_every_node_on_the_management_network(tmp_path: Path, root_addresses) -> None:  # type: ignore[no-untyped-def]

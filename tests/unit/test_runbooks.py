@@ -92,3 +92,24 @@ def test_a_manual_step_runs_its_lab_run_only_in_the_lab(tmp_path: Path) -> None:
     assert lab.ok and not lab.as_written and (tmp_path / "said").read_text() == "lab\n"
     missing = _run_manual(ManualStep(step="x", run="ls {root}"), Real())  # type: ignore[arg-type]
     assert not missing.ok and "prod gives no value for 'root'" in missing.detail
+
+
+def test_every_shipped_step_as_written_names_only_what_a_real_cluster_has(tmp_path: Path) -> None:
+    """Each `run` fills from an inventory and a spec alone: no lab folder, no lab tool (those belong in lab_run)."""
+    from ha_ops.cluster.inventory import Inventory, InventoryHost
+    from ha_ops.cluster.ssh import SshCluster
+    from ha_ops.runbooks.placeholders import fill
+    from ha_ops.spec import compute_layout, load_spec
+
+    spec_file = RUNBOOKS.parent / "examples" / "lab-storage.yaml"
+    spec = load_spec(spec_file)
+    hosts = {n.name: InventoryHost(name=n.name, address=f"10.0.100.{i + 10}")
+             for i, n in enumerate(compute_layout(spec).nodes)}  # fmt: skip
+    hosts |= {s: InventoryHost(name=s, address=f"10.0.101.{i + 10}") for i, s in enumerate(["leaf1", "leaf2"])}
+    cluster = SshCluster(spec, Inventory(source=tmp_path / "hosts.yml", hosts=hosts), journal_dir=tmp_path)
+    values = cluster.placeholders()
+    for path in sorted(RUNBOOKS.glob("*-*.md")):
+        runbook, _ = load_runbook(path)
+        for step in runbook.manual:
+            command = fill(step.run, values)
+            assert "ha_ops lab " not in command and "hao-" not in command, (path.name, step.step)
