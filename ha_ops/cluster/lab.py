@@ -23,7 +23,7 @@ from ha_ops.lab.cluster import Lab
 from ha_ops.lab.http import http_get, http_post
 from ha_ops.lab.node import LabNode
 from ha_ops.schedulers.slurm import Slurm
-from ha_ops.storage.checks import StorageChecks
+from ha_ops.storage.checks import StorageChecks, replicas_of
 from ha_ops.util.proc import CommandResult, run
 
 log = logging.getLogger(__name__)
@@ -164,8 +164,7 @@ class LabCluster:
     def storage_checks(self) -> StorageChecks:
         from ha_ops.lab import storage_ops
 
-        if not (self.spec.storage and self.spec.storage.kind == "moosefs"):
-            raise CapabilityMissing(f"{self.name} has no replicated storage (storage.kind is not moosefs)")
+        replicas_of(self.spec, self.name)  # CapabilityMissing without MooseFS
         return storage_ops.storage_checks(self.lab)
 
     def driver_rollout(self, to: str, broken: bool, base: str, waves: str, timeout_s: float) -> str:
@@ -225,7 +224,8 @@ class LabCluster:
 
     def placeholders(self) -> dict[str, object]:
         """What a runbook's commands may name (ha_ops.runbooks.placeholders): {ssh:HOST} enters the node, {on:HOST}
-        runs this ha-ops there; and, for lab_run steps, {lab}, {root}, {spec}, {python}, {mfsmaster}."""
+        runs this ha-ops there, {target} names the lab, {controller_state} and {mfsmaster} as on any cluster; and, for
+        lab_run steps, {lab}, {root}, {spec}, {python}."""
         from ha_ops.lab import controllers
         from ha_ops.runbooks.placeholders import PerHost
 

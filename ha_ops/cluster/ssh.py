@@ -22,7 +22,7 @@ from ha_ops.errors import HaOpsError, SpecError
 from ha_ops.schedulers.slurm import Slurm
 from ha_ops.spec.layout import compute_layout
 from ha_ops.spec.model import ClusterSpec
-from ha_ops.storage.checks import StorageChecks
+from ha_ops.storage.checks import StorageChecks, replicas_of
 from ha_ops.transport.http import request
 from ha_ops.transport.ssh import SSHTransport
 from ha_ops.util.proc import CommandResult
@@ -200,12 +200,11 @@ class SshCluster:
 
     def storage_checks(self) -> StorageChecks:
         """MooseFS from the first controller, which mounts it at `ha_ops_storage_mount` (default /mnt/moosefs)."""
-        if not (self.spec.storage and self.spec.storage.kind == "moosefs"):
-            raise CapabilityMissing(f"{self.name} has no replicated storage (storage.kind is not moosefs)")
+        replicas = replicas_of(self.spec, self.name)
         client = self._first("controller")
         mount = PurePosixPath(str(self.inventory.host(client).vars.get("ha_ops_storage_mount", "/mnt/moosefs")))
         master = str(self.layout.service_addresses["mfsmaster"])
-        return StorageChecks(self.node(client).transport, master, mount, self.spec.storage.replicas, self.journal_dir)
+        return StorageChecks(self.node(client).transport, master, mount, replicas, self.journal_dir)
 
     def placeholders(self) -> dict[str, object]:
         """What a runbook's commands may name (ha_ops.runbooks.placeholders), from the inventory and the spec."""

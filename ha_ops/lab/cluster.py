@@ -383,7 +383,13 @@ class Lab:
                 netns.connect_in(ctx.netns(node.name), (str(node.address), 22), timeout=1).close()
             except Exception as exc:
                 problems.append(f"{node.name} sshd: {exc}")
-        for name in mgmt.nodes(ctx):  # from the operator's machine, over the management network
+        return problems + self._operator_problems()
+
+    def _operator_problems(self) -> list[str]:
+        """What the operator's machine reaches the lab through, as it would a real cluster: every node's sshd on the
+        management network, the BMC, and the supervisor the nodes' systemctl asks."""
+        ctx, problems = self.ctx, []
+        for name in mgmt.nodes(ctx):
             try:
                 socket.create_connection((str(mgmt.address(ctx, name)), 22), timeout=1).close()
             except OSError as exc:

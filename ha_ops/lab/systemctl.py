@@ -1,10 +1,15 @@
 """What `systemctl` means on a lab node, which has no init system: the subset of systemctl that ha-ops' SSH path
 runs (ha_ops.cluster.commands) carried out on the lab's supervised services, so that a command sent over SSH to a
-lab node is the command a real host runs. Exit codes follow systemctl's (3: inactive, 5: no such unit)."""
+lab node is the command a real host runs. Exit codes follow systemctl's (3: inactive, 5: no such unit).
+
+Each node's `systemctl` is a small script (SHIM) that hands its arguments over a Unix socket to the lab's
+supervisor: a lab service in this machine's namespaces, where the lab's processes are managed (a node's own mount
+namespace hides /run/netns). The socket is root's alone (mode 0600)."""
 
 from __future__ import annotations
 
 import json
+import os
 import socketserver
 import sys
 from collections.abc import Callable
@@ -144,8 +149,11 @@ class Supervisor(socketserver.ThreadingUnixStreamServer):
     def __init__(self, path: Path, nodes: Callable[[str], Services]) -> None:
         path.unlink(missing_ok=True)
         handler = type("Handler", (_Handler,), {"nodes": staticmethod(nodes)})
-        super().__init__(str(path), handler)
-        path.chmod(0o600)
+        previous = os.umask(0o177)  # created 0600: no moment in which another user could connect
+        try:
+            super().__init__(str(path), handler)
+        finally:
+            os.umask(previous)
 
 
 SHIM = """#!{python} -IS

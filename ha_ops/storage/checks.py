@@ -9,6 +9,8 @@ import shlex
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from ha_ops.cluster.gpu import CapabilityMissing
+from ha_ops.spec.model import ClusterSpec
 from ha_ops.storage.moosefs import MooseFS
 from ha_ops.transport.base import Transport
 
@@ -45,6 +47,13 @@ def under_replicated(fs: MooseFS, paths: list[str], goal: int) -> list[str]:
         if low or not copies:
             problems.append(f"{path}: {low or 'no chunk information'}")
     return problems
+
+
+def replicas_of(spec: ClusterSpec, cluster: str) -> int:
+    """The replica count of the cluster's MooseFS; CapabilityMissing when it has none to check."""
+    if not (spec.storage and spec.storage.kind == "moosefs"):
+        raise CapabilityMissing(f"{cluster} has no replicated storage (storage.kind is not moosefs)")
+    return spec.storage.replicas
 
 
 class StorageChecks:
