@@ -87,6 +87,10 @@ class PlanningCluster:
     def http(self, *args: Any, **kwargs: Any) -> tuple[int, bytes]:
         return self.real.http(*args, **kwargs)
 
+    def plan_note(self, host: str, line: str) -> None:
+        """A step a rollback would take that is not one operation (waiting for the cluster to be whole again)."""
+        self.recorder.planned.append(Planned(self.recorder.activity, host, line, self.recorder.undo))
+
     def note_undo(self, ops: list[Op]) -> None:
         before, self.recorder.undo = self.recorder.undo, True
         try:

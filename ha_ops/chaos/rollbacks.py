@@ -19,6 +19,10 @@ def slurm_controllers_back(cluster: Cluster, timeout: float = 30.0, restarts: in
     then on and answers no ping; shared/LAB-NOTES.md): restart it, as the runbook tells an operator to. Restarting
     one controller can knock the other out the same way, so this goes on round by round until both answer."""
     hosts = [n.name for n in cluster.layout.nodes_with_role("controller")]
+    if hasattr(cluster, "plan_note"):  # a dry run: say what would happen, wait for nothing
+        line = "wait until every slurmctld answers scontrol ping; restart any that does not"
+        cluster.plan_note(", ".join(hosts), line)
+        return
     for _ in range(restarts):
         down = _controllers_down(cluster, hosts, timeout)
         if not down:

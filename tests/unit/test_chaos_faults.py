@@ -136,5 +136,8 @@ def test_a_dry_run_prints_each_hosts_commands_and_undo_and_sends_no_change(ssh_c
         "ssh root@10.99.0.10: systemctl kill --signal=SIGCONT slurmctld",
     ) in lines
     assert ("hold the fault", "-", False, "hold the fault") in lines
+    # After the primary is back the rollback waits for both controllers: planned, not waited for.
+    assert any(host == "ctl1, ctl2" and "every slurmctld answers" in line for _, host, _, line in lines), lines
+    assert not [argv for _, argv in log if argv[0] == "scontrol"]
     assert not [argv for _, argv in log if argv[0] == "systemctl" and argv[1] != "show"]  # only read-only questions
     assert faults.active(cluster) == []
