@@ -91,6 +91,17 @@ def inject(
             entries.append(entry | ({"group": group} if group else {}) | ({"after": after} if after else {}))
     for op in faults:
         cluster.node(op.host).apply(op)
+    with _locked(cluster) as entries:  # in place now: detection is measured from here, not from the decision
+        for entry in entries:
+            if entry["key"] == key:
+                entry.setdefault("in_at", time.time())
+
+
+def injected_at(entries: list[dict[str, Any]]) -> float | None:
+    """When the first of these faults was in place (its operations done), or None while one is still going in."""
+    if not entries or any("in_at" not in e for e in entries):
+        return None
+    return min(float(e["in_at"]) for e in entries)
 
 
 def forget(cluster: Cluster, key: str) -> None:

@@ -54,10 +54,10 @@ def _watch(
     baselines: tuple[dict[int, Any], dict[int, Any]],
 ) -> None:
     while not stop.is_set():
-        active = faults.active(cluster) if result.injected_at is None else []
-        if active:
-            # The journal records when the fault went in: detection is measured from there, not from this poll.
-            result.injected_at = min(float(f.get("at", time.time())) for f in active)
+        injected = faults.injected_at(faults.active(cluster)) if result.injected_at is None else None
+        if injected is not None:
+            # The journal records when the fault was in place: detection is measured from there, not from this poll.
+            result.injected_at = injected
             result.timeline.append((result.injected_at, "fault injected"))
         if (
             result.injected_at is not None

@@ -203,9 +203,9 @@ def _wait_injected(cluster: Cluster, done: threading.Event, timeout: float = 60.
     """When the trigger's first fault went in (from the fault journal), or None if it never did."""
     deadline = time.time() + timeout
     while time.time() < deadline:
-        active = faults.active(cluster)
-        if active:
-            return min(float(f.get("at", time.time())) for f in active)
+        injected = faults.injected_at(faults.active(cluster))
+        if injected is not None:
+            return injected
         if done.is_set():
             return None
         time.sleep(0.05)

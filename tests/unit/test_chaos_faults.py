@@ -30,10 +30,11 @@ class Host:
         self.name = name
         self.log = log
         self.reachable = True
+        self.lost_before: list[str] | None = None  # the connection drops before a command that starts so
 
     def run(self, argv: Sequence[str], *, timeout: float = 30.0, check: bool = True, input: str | None = None,
             env: object = None, privileged: bool = True) -> CommandResult:  # fmt: skip
-        if not self.reachable:
+        if not self.reachable or (self.lost_before and list(argv[: len(self.lost_before)]) == self.lost_before):
             raise TransportError(f"{self.name}: cannot reach {self.name}:22: [Errno 113] No route to host")
         self.log.append((self.name, list(argv)))
         if argv[:3] == ["ip", "-o", "link"]:
@@ -77,11 +78,23 @@ def test_a_fault_is_journaled_with_its_undo_before_it_is_sent(ssh_cluster) -> No
         actions.freeze_service("ctl1", "slurmctld", configuration=conf)
     finally:
         faults.journal_path = original  # type: ignore[assignment]
-    assert journaled_first and all(journaled_first)
+    assert journaled_first and journaled_first[0]  # the entry first; a later write marks the fault in place
     assert ("ctl1", ["systemctl", "kill", "--signal=SIGSTOP", "slurmctld"]) in log
     [entry] = faults.active(cluster)
     assert entry["key"] == "service:ctl1:slurmctld" and entry["after"] == "slurm_controllers_back"
     assert [op.action for op in faults.undo_ops(entry)] == ["thaw", "start"]
+    assert entry["in_at"] >= entry["at"] and faults.injected_at([entry]) == entry["in_at"]  # in place: measured
+
+
+def test_a_fault_that_did_not_go_in_has_no_time_it_was_in_place(ssh_cluster) -> None:  # type: ignore[no-untyped-def]
+    cluster, _, transports, conf = ssh_cluster
+    transports["gpu2"].lost_before = ["ip", "link", "set"]  # the fault's own command is lost (after journaling)
+    with pytest.raises(TransportError):
+        actions.link_down("gpu2", interface="eth0", configuration=conf)
+    [entry] = faults.active(cluster)
+    assert "in_at" not in entry and faults.injected_at([entry]) is None
+    transports["gpu2"].lost_before = None
+    faults.cleanup(cluster)
 
 
 def test_cleanup_keeps_what_an_unreachable_host_could_not_undo_until_it_answers(ssh_cluster) -> None:  # type: ignore[no-untyped-def]
