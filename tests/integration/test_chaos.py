@@ -105,6 +105,17 @@ def kill_runner_once(ssh: OverSsh, experiment: Path, injected: Callable[[], bool
     time.sleep(0.5)
 
 
+def test_over_ssh_a_dry_run_prints_the_ssh_commands_per_host_and_changes_nothing(lab: Lab, ssh: OverSsh) -> None:
+    result = ssh.ha_ops("chaos", "run", str(EXPERIMENTS / "silent-link-drop.yaml"), "--dry-run", "--inventory",
+                        str(ssh.inventory), timeout=120)  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    assert any("leaf1: ssh root@169.254." in ln and "iptables -w -t raw -A HAO-SILENT -i to-spine2 -j DROP" in ln
+               for ln in lines), result.stdout  # fmt: skip
+    assert "nsenter" not in result.stdout
+    assert reachable("gpu1", "gpu2", lab) and faults.active(cluster(lab)) == []
+
+
 def test_over_ssh_cleanup_restores_a_link_and_a_frozen_service_after_the_runner_is_killed(
     lab: Lab, ssh: OverSsh
 ) -> None:
