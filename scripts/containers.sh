@@ -14,6 +14,15 @@ TARBALL=$CACHE/images/ha-ops-base-bookworm-v${IMAGE_VERSION}.tar
 # Packages a role's scenario needs before Ansible runs (python3 for modules, systemd as PID 1).
 INCLUDE=python3,python3-apt,systemd,systemd-sysv,dbus,iproute2,procps,ca-certificates,sudo
 
+# Scenarios run side by side and each runs this script: a file rewritten in place would be read half-written by
+# another scenario's podman ("runroot must be set"). Replace it whole, and only when it changes.
+write_file() {
+  local tmp
+  tmp=$(mktemp "$1.XXXXXX")
+  cat >"$tmp"
+  if cmp -s "$tmp" "$1"; then rm -f "$tmp"; else chmod 644 "$tmp" && mv -f "$tmp" "$1"; fi
+}
+
 write_conf() {
   mkdir -p "$CONF_DIR"
   local nofile nproc
@@ -23,7 +32,7 @@ write_conf() {
   pid_max=$(cat /proc/sys/kernel/pid_max)
   if [ "$nproc" = unlimited ] || [ "$nproc" -gt "$pid_max" ]; then nproc=$pid_max; fi
   # podman's default ulimits exceed this host's hard limits (EPERM); crun refuses its hybrid cgroups: use runc.
-  cat > "$CONF_DIR/containers.conf" <<CONF
+  write_file "$CONF_DIR/containers.conf" <<CONF
 [containers]
 default_ulimits = ["nofile=1024:${nofile}", "nproc=${nproc}:${nproc}"]
 [engine]
@@ -31,7 +40,7 @@ cgroup_manager = "cgroupfs"
 events_logger = "file"
 runtime = "runc"
 CONF
-  cat > "$CONF_DIR/storage.conf" <<CONF
+  write_file "$CONF_DIR/storage.conf" <<CONF
 [storage]
 driver = "overlay"
 runroot = "/run/ha-ops-containers"
