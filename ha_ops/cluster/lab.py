@@ -11,8 +11,6 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-import yaml
-
 from ha_ops.cluster import commands
 from ha_ops.cluster.base import Service, service_endpoint
 from ha_ops.cluster.gpu import CapabilityMissing
@@ -227,12 +225,13 @@ class LabCluster:
         runs this ha-ops there, {target} names the lab, {controller_state} and {mfsmaster} as on any cluster; and, for
         lab_run steps, {lab}, {root}, {spec}, {python}."""
         from ha_ops.lab import controllers
+        from ha_ops.lab.drivers import ha_ops_command
+        from ha_ops.lab.inventory import write_spec
         from ha_ops.runbooks.placeholders import PerHost
 
-        spec = self.lab.paths.root / "runbook-spec.yaml"  # the lab's own spec, for steps that rebuild or repair it
-        spec.write_text(yaml.safe_dump(self.spec.model_dump(mode="json"), sort_keys=False))
+        spec = write_spec(self.lab.ctx)  # the lab's own spec, for steps that rebuild or repair it
         master = self.layout.service_addresses.get("mfsmaster", "")
-        ha_ops = shlex.join([sys.executable, "-m", "ha_ops"])
+        ha_ops = ha_ops_command()
         hosts = self.hosts()
         return {
             "cluster": self.name, "lab": self.name, "root": str(self.lab.paths.root), "python": sys.executable,

@@ -5,8 +5,6 @@ cluster of real machines: over SSH, with verified host keys, and no nsenter."""
 
 from __future__ import annotations
 
-import shlex
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,29 +13,33 @@ import yaml
 from ha_ops.lab import bmc, controllers, mgmt, storage
 from ha_ops.lab.agents import gpu_dir
 from ha_ops.lab.context import LabContext
+from ha_ops.lab.drivers import ha_ops_command
 from ha_ops.lab.sshd import client_key, known_hosts
 from ha_ops.spec.inventory import render_inventory
 from ha_ops.util.atomic import write_atomic
 
 
-def spec_file(ctx: LabContext) -> Path:
-    return ctx.paths.etc / "spec.yaml"
+def write_spec(ctx: LabContext) -> Path:
+    """The lab's spec as a file (for the inventory's ha_ops_spec, and runbook steps that name {spec})."""
+    path = ctx.paths.etc / "spec.yaml"
+    write_atomic(path, yaml.safe_dump(ctx.spec.model_dump(mode="json"), sort_keys=False))
+    return path
 
 
 def ssh_inventory(ctx: LabContext) -> dict[str, Any]:
     """The spec's inventory (groups, failure domains) with what the SSH path needs to reach and drive the lab."""
-    write_atomic(spec_file(ctx), yaml.safe_dump(ctx.spec.model_dump(mode="json"), sort_keys=False))
+    spec = write_spec(ctx)
     inventory = render_inventory(ctx.spec)
     inventory["all"]["vars"] |= {
         "ansible_user": "root",
         "ansible_ssh_private_key_file": str(client_key(ctx)),
         "ha_ops_known_hosts": str(known_hosts(ctx)),
-        "ha_ops_spec": str(spec_file(ctx)),
+        "ha_ops_spec": str(spec),
         "ha_ops_shared_dir": str(ctx.paths.shared),
         "ha_ops_storage_mount": str(storage.MOUNT),  # where the storage's clients mount MooseFS
         "ha_ops_controller_state_dir": str(controllers.state_dir(ctx)),
         # The nodes share this machine's files: the ha-ops a node runs is this one.
-        "ha_ops_command": shlex.join([sys.executable, "-m", "ha_ops"]),
+        "ha_ops_command": ha_ops_command(),
     }
     hosts = inventory["all"]["hosts"]
     for node in ctx.layout.nodes:
