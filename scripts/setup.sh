@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 . scripts/phases.sh
 
 DEB_PACKAGES=(
-  iproute2 iptables iputils-ping procps psmisc util-linux
+  iproute2 iptables iputils-ping iputils-arping procps psmisc util-linux
   frr
   slurm-wlm slurm-client munge
   openssh-server openssh-client

@@ -17,6 +17,7 @@ from ha_ops.chaos.faults import FaultRefused
 from ha_ops.cluster.base import Cluster
 from ha_ops.cluster.gpu import CapabilityMissing
 from ha_ops.cluster.ops import FilterOp, FilterRule, GpuOp, LinkOp, Op, PowerOp, QdiscOp, ServiceAction, ServiceOp
+from ha_ops.cluster.rollouts import driver_rollouts
 from ha_ops.gpu.fake import FAULTS as GPU_FAULTS
 
 Configuration = dict[str, Any] | None
@@ -51,13 +52,6 @@ __all__ = [
 
 def _cluster(configuration: Configuration) -> Cluster:
     return target.cluster(configuration)
-
-
-def lab_extension(cluster: Cluster, what: str) -> Any:
-    """The lab's own extras (driver rollouts with built packages, MooseFS probe files); refused on other clusters."""
-    if not hasattr(cluster, "lab"):
-        raise CapabilityMissing(f"{what} are a capability of the local lab; {cluster.name} has none")
-    return cluster
 
 
 def _target(cluster: Cluster, node: str, interface: str | None = None, service: str | None = None) -> None:
@@ -278,9 +272,15 @@ def chunkserver_loss(node: str, configuration: Configuration = None) -> str:
 
 
 def storage_master_loss(configuration: Configuration = None) -> str:
-    """Lose the storage master (recovery: promote the metalogger, `ha-ops lab promote-metalogger`)."""
-    cluster = lab_extension(_cluster(configuration), "storage master failovers")
-    return kill_service(cluster.storage_master(), "mfsmaster", configuration)
+    """Lose the storage master, wherever it runs now: its host or, once promoted, the metalogger's (recovery:
+    runbooks/storage-master-failure.md promotes the metalogger)."""
+    cluster = _cluster(configuration)
+    storage = cluster.spec.storage
+    if storage is None or storage.master is None:
+        raise CapabilityMissing(f"{cluster.name} has no storage master (storage.master in its spec)")
+    hosts = [h.name for h in (storage.master, storage.metalogger) if h is not None]
+    running = [h for h in hosts if cluster.node(h).service_active("mfsmaster")]
+    return kill_service(running[0] if running else hosts[0], "mfsmaster", configuration)
 
 
 def kill_remediation_leader(configuration: Configuration = None) -> str:
@@ -300,22 +300,38 @@ def monitoring_outage(alertmanager: bool = False, configuration: Configuration =
     return "; ".join(_service_fault(mon, s, configuration, "kill", group="monitoring-outage") for s in services)
 
 
+ROLLOUT_FAULT = "rollout:driver:"  # + the id of the rollout before the fault's own ("" for none)
+
+
+def rollout_before_fault(cluster: Cluster) -> str | None:
+    """While a rollout fault is active: the id of the rollout before it ("" for none); else None."""
+    keys = [e["key"] for e in faults.active(cluster) if e["key"].startswith(ROLLOUT_FAULT)]
+    return keys[-1].removeprefix(ROLLOUT_FAULT) if keys else None
+
+
 def driver_rollout(
     to: str, broken: bool = True, base: str = "550.90.07", waves: str = "1,rest", timeout_s: float = 900,
     configuration: Configuration = None,
 ) -> str:  # fmt: skip
-    """A GPU driver rollout in the lab to `to`, built as a driver that loses every GPU when `broken`, from the
-    version the GPU nodes run (`base` is installed first where the role never ran). The remediation controllers are
-    stopped for it (the agents drain in Slurm): they would also act on the GPUs a bad driver loses. Blocks until the
-    rollout ends; returns its phase and reason."""
-    cluster = lab_extension(_cluster(configuration), "driver rollouts with built packages")
-    faults.inject(cluster, "rollout:driver", [], [], after="end_driver_rollout")
-    return str(cluster.driver_rollout(to, broken, base, waves, timeout_s))
+    """A GPU driver rollout to `to` from the cluster's rollout host (ha_ops.cluster.rollouts), from the driver the
+    GPU nodes run; blocks until the rollout ends and returns its phase and reason. The remediation controllers stand
+    down for it: they would also act on the GPUs a bad driver loses. The lab builds `to` first (a driver that loses
+    every GPU when `broken`) and installs `base` where the role never ran; a real cluster's package source has `to`,
+    and `broken` and `base` are not used there."""
+    cluster = _cluster(configuration)
+    rollouts = driver_rollouts(cluster)
+    rollouts.check()  # refused before anything is journaled: no rollout host, or a fleet on no (or mixed) drivers
+    stops = [ServiceOp(host=h, unit="controller", action="stop") for h in rollbacks.remediation_controllers(cluster)]
+    # The key keeps the id of the rollout before this one: the probes judge this fault's rollout, not that one.
+    previous = str(rollouts.state().get("id", ""))
+    faults.inject(cluster, f"{ROLLOUT_FAULT}{previous}", stops, [], after="end_driver_rollout")
+    rollouts.prepare(to, broken, base)
+    return rollouts.start(to, waves, timeout_s)
 
 
 def end_driver_rollout(configuration: Configuration = None) -> str:
     """Undo a driver rollout fault: an open rollout aborted with rollback, the remediation controllers back."""
-    cluster = lab_extension(_cluster(configuration), "driver rollouts with built packages")
-    cluster.end_driver_rollout()
-    faults.forget(cluster, "rollout:driver")
+    cluster = _cluster(configuration)
+    rollbacks.end_driver_rollout(cluster)
+    faults.forget(cluster, f"{ROLLOUT_FAULT}*")
     return "driver rollout ended; controllers running"

@@ -6,6 +6,7 @@ running them. Nothing is injected and nothing is journaled."""
 from __future__ import annotations
 
 import importlib
+import shlex
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -14,11 +15,13 @@ from typing import Any
 
 from ha_ops.chaos import target
 from ha_ops.cluster.base import Cluster, ClusterNode
+from ha_ops.cluster.gpu import CapabilityMissing
 from ha_ops.cluster.ops import Op
+from ha_ops.cluster.rollouts import DriverRollouts, driver_rollouts
 from ha_ops.util.proc import CommandResult
 
 # The lab's extras (ha_ops.cluster.lab.LabCluster) that change the cluster.
-ACTING_EXTRAS = ("driver_rollout", "end_driver_rollout", "placeholders")
+ACTING_EXTRAS = ("placeholders",)
 
 
 @dataclass
@@ -64,6 +67,45 @@ class PlanningNode:
         return self.real.has_service(unit)
 
 
+class PlanningRollouts:
+    """A cluster's driver rollouts that record the rollout commands instead of running them; reads pass through."""
+
+    def __init__(self, real: DriverRollouts, recorder: _Recorder) -> None:
+        self.real = real
+        self._recorder = recorder
+        self.site = real.site
+        # What only reads: asked of the real cluster.
+        self.check, self.state, self.phase, self.fleet_as_before = (
+            real.check,
+            real.state,
+            real.phase,
+            real.fleet_as_before,
+        )
+
+    def _plan(self, line: str) -> None:
+        rec = self._recorder
+        rec.planned.append(Planned(rec.activity, self.real.site.host, line, rec.undo))
+
+    def prepare(self, to: str, broken: bool, base: str) -> None:
+        if type(self.real).prepare is not DriverRollouts.prepare:
+            self._plan(f"prepare the rollout to {to} (broken={broken}, base {base})")
+
+    def start(self, to: str, waves: str, timeout_s: float) -> str:
+        try:
+            since: str | None = self.real.from_version()
+        except CapabilityMissing:  # the lab installs its base driver first
+            since = None
+        self._plan(shlex.join(self.real.argv(to, waves, since)))
+        return f"(dry run) rollout to {to}"
+
+    def end(self, timeout_s: float = 900) -> None:
+        self._plan(f"if the rollout is still open: {shlex.join(self.real.abort_argv())}")
+
+    def finish(self) -> None:
+        if type(self.real).finish is not DriverRollouts.finish:
+            self._plan("give the remediation controllers their agents back")
+
+
 class PlanningCluster:
     """The real cluster's hosts and layout, a throw-away journal, and nodes that record instead of acting."""
 
@@ -86,6 +128,9 @@ class PlanningCluster:
 
     def http(self, *args: Any, **kwargs: Any) -> tuple[int, bytes]:
         return self.real.http(*args, **kwargs)
+
+    def driver_rollouts(self) -> PlanningRollouts:
+        return PlanningRollouts(driver_rollouts(self.real), self.recorder)
 
     def plan_note(self, host: str, line: str) -> None:
         """A step a rollback would take that is not one operation (waiting for the cluster to be whole again)."""

@@ -13,8 +13,9 @@ from typing import Any
 from urllib.parse import quote
 
 from ha_ops.chaos import target
-from ha_ops.chaos.actions import Configuration, lab_extension
+from ha_ops.chaos.actions import Configuration, rollout_before_fault
 from ha_ops.cluster.base import Cluster
+from ha_ops.cluster.rollouts import driver_rollouts
 from ha_ops.errors import CommandTimeout, HaOpsError, TransportError, WaitTimeout
 from ha_ops.util.wait import wait_for
 
@@ -320,11 +321,15 @@ def storage_data_intact(folder: str = "chaos-probe", files: int = 4, configurati
 
 
 def rollout_phase(configuration: Configuration = None) -> str:
-    """The phase of the lab's driver rollout (planned, running, halted, completed, ...), or "none"."""
-    return str(lab_extension(_cluster(configuration), "driver rollouts").rollout_phase())
+    """The phase of the cluster's driver rollout (planned, running, halted, completed, ...), or "none"; during a
+    rollout fault, "none" until the fault's own rollout has started."""
+    cluster = _cluster(configuration)
+    return driver_rollouts(cluster).phase(rollout_before_fault(cluster))
 
 
 def rollout_fleet_as_before(configuration: Configuration = None) -> bool:
-    """True when every GPU node runs the driver it ran before the lab's rollout touched it (by the role's fact) and
-    its GPUs report that version, and no node is half-way (its GPUs disagree or are lost)."""
-    return bool(lab_extension(_cluster(configuration), "driver rollouts").rollout_fleet_as_before())
+    """True when every GPU node runs the driver it ran before the rollout touched it (by the role's fact) and its
+    GPUs report that version, and no node is half-way (its GPUs disagree or are lost); during a rollout fault, only
+    once the fault's own rollout has ended."""
+    cluster = _cluster(configuration)
+    return driver_rollouts(cluster).fleet_as_before(rollout_before_fault(cluster))

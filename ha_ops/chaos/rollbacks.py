@@ -8,6 +8,7 @@ import time
 
 from ha_ops.cluster.base import Cluster
 from ha_ops.cluster.ops import ServiceOp
+from ha_ops.cluster.rollouts import driver_rollouts
 from ha_ops.errors import CommandTimeout, TransportError
 
 log = logging.getLogger(__name__)
@@ -50,9 +51,17 @@ def _controllers_down(cluster: Cluster, hosts: list[str], timeout: float) -> lis
         time.sleep(1.0)
 
 
-def end_driver_rollout(cluster: Cluster) -> None:
-    """After a driver rollout fault: a rollout still open is aborted with every changed node rolled back, and the
-    remediation controllers run again (a capability of the lab only: ha_ops.cluster.lab)."""
-    from ha_ops.chaos.actions import lab_extension
+def remediation_controllers(cluster: Cluster) -> list[str]:
+    """The controller hosts that run ha-ops' remediation controller."""
+    hosts = [n.name for n in cluster.layout.nodes_with_role("controller") if n.name in cluster.hosts()]
+    return [h for h in hosts if cluster.node(h).has_service("controller")]
 
-    lab_extension(cluster, "driver rollouts").end_driver_rollout()
+
+def end_driver_rollout(cluster: Cluster) -> None:
+    """After a driver rollout fault: a rollout still open is aborted with every changed node rolled back, then the
+    remediation controllers run again (not before: they would act on the GPUs a bad driver loses meanwhile)."""
+    rollouts = driver_rollouts(cluster)
+    rollouts.end()
+    for host in remediation_controllers(cluster):
+        cluster.node(host).apply(ServiceOp(host=host, unit="controller", action="start"))
+    rollouts.finish()

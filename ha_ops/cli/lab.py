@@ -249,6 +249,20 @@ def driver_build(
     output.result(f"{path}" + (" (broken: loses every GPU)" if broken else ""))
 
 
+@app.command("driver-install")
+def driver_install(
+    version: str = typer.Argument(..., help="Driver version, e.g. 550.90.07 (built first, as a working driver)."),
+    name: str = NameOpt,
+) -> None:
+    """Install a driver through the gpu_driver role on every GPU node that runs none from the role yet (all at
+    once): the fleet a rollout starts from, as a real site's nodes run their driver before any rollout."""
+    from ha_ops.lab.rollouts import active_versions, prepare
+
+    lab = Lab.from_state(name)
+    prepare(lab, version, {})
+    output.result(", ".join(f"{node}: {v}" for node, v in active_versions(lab).items()))
+
+
 @app.command("inventory")
 def lab_inventory(
     name: str = NameOpt,

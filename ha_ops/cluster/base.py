@@ -19,6 +19,9 @@ from ha_ops.util.proc import CommandResult
 # journaled or injected (ha_ops.cluster.ops.capability names the one each operation needs).
 CAPABILITIES = ("services", "links", "filters", "qdisc", "power", "gpu_faults")
 Service = Literal["prometheus", "alertmanager", "controller", "agent"]
+# A start of a masked unit is left undone on every cluster: an operator masks a unit to fence it (a MooseFS master
+# replaced by its promoted metalogger), and no rollback may bring it back (two masters would split the metadata).
+MASKED = "%s: %s is masked (fenced by an operator); left stopped"
 
 
 class ClusterNode(Protocol):
@@ -34,7 +37,8 @@ class ClusterNode(Protocol):
         ...
 
     def apply(self, op: Op) -> None:
-        """Carry the operation out; CapabilityMissing when the node cannot, TransportError when it is unreachable."""
+        """Carry the operation out; CapabilityMissing when the node cannot, TransportError when it is unreachable.
+        Starting a masked unit does nothing (MASKED)."""
         ...
 
     def interfaces(self) -> list[str]: ...

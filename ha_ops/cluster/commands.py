@@ -69,6 +69,11 @@ def service_loaded(service: str, units: Mapping[str, str] | None = None) -> Comm
     return Command(("systemctl", "show", "--property=LoadState", "--value", unit_of(service, units)), check=False)
 
 
+def service_enabled(service: str, units: Mapping[str, str] | None = None) -> Command:
+    """Prints the unit's enablement: `masked` for a unit an operator fenced."""
+    return Command(("systemctl", "is-enabled", unit_of(service, units)), check=False)
+
+
 def link(op: LinkOp) -> list[Command]:
     return [Command(("ip", "link", "set", "dev", op.interface, "up" if op.up else "down"))]
 

@@ -4,7 +4,6 @@ rate limits are the very commands a real host runs (ha_ops.cluster.commands), en
 
 from __future__ import annotations
 
-import json
 import logging
 import shlex
 import sys
@@ -12,10 +11,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ha_ops.cluster import commands
-from ha_ops.cluster.base import Service, service_endpoint
+from ha_ops.cluster.base import MASKED, Service, service_endpoint
 from ha_ops.cluster.gpu import CapabilityMissing
 from ha_ops.cluster.ops import FilterOp, GpuOp, LinkOp, Op, PowerOp, QdiscOp, ServiceOp, capability, describe
-from ha_ops.errors import LabError, SpecError
+from ha_ops.cluster.rollouts import DriverRollouts, RolloutSite
+from ha_ops.errors import SpecError
 from ha_ops.lab import netns
 from ha_ops.lab.cluster import Lab
 from ha_ops.lab.http import http_get, http_post
@@ -68,12 +68,9 @@ class LabClusterNode:
         self._require(op)
         node = self.handle
         if isinstance(op, ServiceOp):
-            if (
-                op.action == "start"
-                and op.unit == "mfsmaster"
-                and self.lab.state().storage_master not in (None, self.name)
-            ):
-                return  # the metalogger was promoted meanwhile: the old master stays fenced (two masters would split)
+            if op.action in ("start", "restart") and node.is_masked(op.unit):
+                log.warning(MASKED, self.name, op.unit)
+                return
             getattr(node, op.action)(op.unit)
         elif isinstance(op, LinkOp):
             (node.link_up if op.up else node.link_down)(op.interface)
@@ -100,7 +97,7 @@ class LabClusterNode:
         return self.handle.interfaces()
 
     def service_active(self, unit: str) -> bool:
-        return self.handle.is_running(unit)
+        return unit in self.handle.services() and self.handle.is_running(unit)  # as systemctl: no such unit, inactive
 
     def has_service(self, unit: str) -> bool:
         return unit in self.handle.services()
@@ -148,16 +145,11 @@ class LabCluster:
     def close(self) -> None:
         return None
 
-    # --- the lab's own extras (ha_ops.chaos.actions.lab_extension) -------------------------------------------
+    # --- the lab's own extras ---------------------------------------------------------------------------------
     @property
     def shared_dir(self) -> Path:
         """A folder every node sees at this same path (the game day's jobs write their markers there)."""
         return self.lab.paths.shared
-
-    def storage_master(self) -> str:
-        from ha_ops.lab import storage
-
-        return self.lab.state().storage_master or storage.master_node(self.lab.ctx)
 
     def storage_checks(self) -> StorageChecks:
         from ha_ops.lab import storage_ops
@@ -165,66 +157,16 @@ class LabCluster:
         replicas_of(self.spec, self.name)  # CapabilityMissing without MooseFS
         return storage_ops.storage_checks(self.lab)
 
-    def driver_rollout(self, to: str, broken: bool, base: str, waves: str, timeout_s: float) -> str:
+    def driver_rollouts(self) -> LabDriverRollouts:
         from ha_ops.lab import rollouts
 
-        self.lab.use_controllers(False)
-        rollouts.prepare(self.lab, base, {to: not broken})
-        current = set(rollouts.active_versions(self.lab).values())
-        if len(current) != 1:
-            raise LabError(f"the GPU nodes run different drivers ({', '.join(map(str, sorted(current, key=str)))})")
-        (from_version,) = current
-        assert from_version is not None
-        argv = rollouts.rollout_args(self.lab, to, from_version, "--soak", "0", "--waves", waves)
-        result = rollouts.on_operator_node(self.lab, *argv, timeout=timeout_s)
-        if not result.stdout.lstrip().startswith("{"):
-            raise LabError(f"the rollout to {to} printed no summary: {result.stderr[-1500:]}")
-        summary = json.loads(result.stdout)
-        return f"rollout to {to}: {summary['phase']}" + (f" ({summary['reason']})" if summary["reason"] else "")
-
-    def end_driver_rollout(self) -> None:
-        from ha_ops.lab import rollouts
-
-        state = rollouts.rollout_state(self.lab)
-        if state and state["phase"] not in ("halted", "completed", "aborted"):
-            state_dir = str(rollouts.files(self.lab).state_dir)
-            argv = [
-                sys.executable,
-                "-m",
-                "ha_ops",
-                "rollout",
-                "abort",
-                "--rollback",
-                "--state-dir",
-                state_dir,
-                "--json",
-            ]
-            result = rollouts.on_operator_node(self.lab, *argv, timeout=900)
-            if not result.ok:
-                log.error("aborting the rollout failed: %s", result.stderr[-1500:])
-        self.lab.use_controllers(True)
-
-    def rollout_phase(self) -> str:
-        from ha_ops.lab import rollouts
-
-        return str(rollouts.rollout_state(self.lab).get("phase", "none"))
-
-    def rollout_fleet_as_before(self) -> bool:
-        from ha_ops.lab import rollouts
-
-        nodes = rollouts.rollout_state(self.lab).get("nodes", {})
-        active, reported = rollouts.active_versions(self.lab), rollouts.reported_versions(self.lab)
-        for name, version in active.items():
-            before = (nodes.get(name, {}).get("before") or {}).get("active_version")
-            if version is None or reported[name] != [version] or before not in (None, version):
-                return False
-        return True
+        return LabDriverRollouts(self, RolloutSite.model_validate(rollouts.site(self.lab.ctx)))
 
     def placeholders(self) -> dict[str, object]:
         """What a runbook's commands may name (ha_ops.runbooks.placeholders): {ssh:HOST} enters the node, {on:HOST}
-        runs this ha-ops there, {target} names the lab, {controller_state} and {mfsmaster} as on any cluster; and, for
-        lab_run steps, {lab}, {root}, {spec}, {python}."""
-        from ha_ops.lab import controllers
+        runs this ha-ops there, {target} names the lab, {controller_state}, {rollout_state} and {mfsmaster} as on any
+        cluster; and, for lab_run steps, {lab}, {root}, {spec}, {python}."""
+        from ha_ops.lab import controllers, rollouts
         from ha_ops.lab.drivers import ha_ops_command
         from ha_ops.lab.inventory import write_spec
         from ha_ops.runbooks.placeholders import PerHost
@@ -237,8 +179,31 @@ class LabCluster:
             "cluster": self.name, "lab": self.name, "root": str(self.lab.paths.root), "python": sys.executable,
             "spec": str(spec), "mfsmaster": str(master), "ha_ops": ha_ops, "target": f"--target lab:{self.name}",
             "controller_state": str(controllers.state_dir(self.lab.ctx)),
+            "rollout_state": str(rollouts.files(self.lab).state_dir),
             "ssh": PerHost("ssh", lambda name: f"{ha_ops} lab exec {shlex.quote(name)} --name {self.name} --", hosts),
             "on": PerHost("on", lambda name: ha_ops, hosts),
             "address": PerHost("address", lambda name: str(self.layout.node(name).address),
                                [n.name for n in self.layout.nodes]),
         }  # fmt: skip
+
+
+class LabDriverRollouts(DriverRollouts):
+    """Rollouts in the lab: the drivers are built here first (the lab is its own package source) and the base one
+    installed where the role never ran; the remediation controllers stand down meanwhile, their agents draining in
+    Slurm (ha_ops.lab.cluster.Lab.use_controllers): they would also act on the GPUs a bad driver loses."""
+
+    def __init__(self, cluster: LabCluster, site: RolloutSite) -> None:
+        super().__init__(cluster, site)
+        self.lab = cluster.lab
+
+    def check(self) -> None:
+        """Nothing to check beforehand: prepare() installs the base driver where the role never ran."""
+
+    def prepare(self, to: str, broken: bool, base: str) -> None:
+        from ha_ops.lab import rollouts
+
+        self.lab.use_controllers(False)
+        rollouts.prepare(self.lab, base, {to: not broken})
+
+    def finish(self) -> None:
+        self.lab.use_controllers(True)

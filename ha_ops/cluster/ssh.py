@@ -4,6 +4,7 @@ what a run executes), except power, which goes to the BMC."""
 
 from __future__ import annotations
 
+import logging
 import os
 import shlex
 import sys
@@ -12,13 +13,14 @@ from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 
 from ha_ops.cluster import commands
-from ha_ops.cluster.base import Service, service_endpoint
+from ha_ops.cluster.base import MASKED, Service, service_endpoint
 from ha_ops.cluster.commands import Command
 from ha_ops.cluster.gpu import CapabilityMissing, DcgmInjector, FakeBackendInjector, GpuInjector
 from ha_ops.cluster.inventory import Inventory, InventoryHost
 from ha_ops.cluster.ops import FilterOp, GpuOp, LinkOp, Op, PowerOp, QdiscOp, ServiceOp, capability, describe
 from ha_ops.cluster.power import PowerBackend, backend, password
-from ha_ops.errors import HaOpsError, SpecError
+from ha_ops.cluster.rollouts import DriverRollouts, RolloutSite
+from ha_ops.errors import CommandFailed, HaOpsError, SpecError
 from ha_ops.schedulers.slurm import Slurm
 from ha_ops.spec.layout import compute_layout
 from ha_ops.spec.model import ClusterSpec
@@ -32,6 +34,9 @@ def state_dir(cluster: str) -> Path:
     """Where the operator's machine keeps a cluster's fault journal (XDG state home)."""
     base = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
     return base / "ha-ops" / "clusters" / cluster
+
+
+log = logging.getLogger(__name__)
 
 
 class SshNode:
@@ -97,10 +102,22 @@ class SshNode:
             return
         if isinstance(op, LinkOp) and not op.up:
             self._refuse_own_link(op.interface)
+        starting = isinstance(op, ServiceOp) and op.action in ("start", "restart")
         for command in self.commands(op):
-            result = self.run(list(command.argv), input=command.input, check=command.check, timeout=30)
+            result = self.run(list(command.argv), input=command.input, check=command.check and not starting,
+                              timeout=30)  # fmt: skip
+            if starting and not result.ok:
+                self._started_or_masked(op, result)
             if isinstance(op, GpuOp) and self.gpus is not None:
                 self.gpus.check(op, result.stdout)
+
+    def _started_or_masked(self, op: ServiceOp, failed: CommandResult) -> None:
+        """A failed start is an error unless the unit is masked (systemctl says so and exits 1)."""
+        enabled = commands.service_enabled(op.unit, self.host.units)
+        if self.run(list(enabled.argv), check=False, timeout=10).stdout.strip() == "masked":
+            log.warning(MASKED, self.name, op.unit)
+            return
+        raise CommandFailed(failed.argv, failed.returncode, failed.stdout, failed.stderr, self.name)
 
     def _refuse_own_link(self, interface: str) -> None:
         """Taking down the link ha-ops' own SSH session uses would strand the fault: nothing could undo it."""
@@ -147,6 +164,19 @@ class SshCluster:
     def cluster_var(self, name: str) -> str | None:
         """A variable that describes the whole cluster (set under `all` or on any host): the first host's."""
         return next((str(h.vars[name]) for h in self.inventory.hosts.values() if h.vars.get(name)), None)
+
+    def driver_rollouts(self) -> DriverRollouts:
+        """Driver rollouts through the inventory's `ha_ops_rollout`: the host that runs `ha-ops rollout` (with
+        Ansible, the rollout's inventory and Slurm's CLI), and how (ha_ops.cluster.rollouts.RolloutSite)."""
+        value = next((h.vars["ha_ops_rollout"] for h in self.inventory.hosts.values() if h.vars.get("ha_ops_rollout")),
+                     None)  # fmt: skip
+        if value is None:
+            raise CapabilityMissing(f"{self.name} has no driver rollouts: no ha_ops_rollout in {self.inventory.source} "
+                                    "(the host that runs `ha-ops rollout`)")  # fmt: skip
+        site = RolloutSite.parse(value, str(self.inventory.source))
+        if site.host not in self.inventory.hosts:
+            raise SpecError(str(self.inventory.source), [f"ha_ops_rollout.host: {site.host!r} is not in it"])
+        return DriverRollouts(self, site)
 
     @property
     def shared_dir(self) -> str | None:
@@ -226,12 +256,19 @@ class SshCluster:
             "inventory": inventory,
             "target": shlex.join(["--inventory", inventory]),
             "controller_state": self.cluster_var("ha_ops_controller_state_dir") or "/var/lib/ha-ops/controller",
+            "rollout_state": self._rollout_state(),
             "mfsmaster": str(self.layout.service_addresses.get("mfsmaster", "")),
             "ha_ops": shlex.join([sys.executable, "-m", "ha_ops"]),
             "ssh": PerHost("ssh", ssh, names),
             "on": PerHost("on", lambda name: hosts[name].ha_ops_command, names),
             "address": PerHost("address", lambda name: str(self.layout.node(name).address), spec_hosts),
         }
+
+    def _rollout_state(self) -> str:
+        try:
+            return self.driver_rollouts().site.state_dir
+        except CapabilityMissing:
+            return RolloutSite.model_fields["state_dir"].default
 
     def close(self) -> None:
         for node in self._nodes.values():

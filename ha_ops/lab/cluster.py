@@ -26,6 +26,7 @@ from ha_ops.lab import (
     agents,
     bmc,
     controllers,
+    drivers,
     fabric,
     kubernetes,
     mgmt,
@@ -51,6 +52,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 HOLDER_ARGV = ["sleep", "infinity"]
+FACTS_DIR = Path("/etc/ansible/facts.d")
 HOLDER_SCRIPT = f"""set -e
 hostname "$1"
 mount -t tmpfs -o mode=0755,size=64m hao-run /run
@@ -62,6 +64,8 @@ mount --bind "$5" /usr/local/sbin
 # A node's root has its own dotfiles: this machine's (a Python version manager's shell set-up, ~0.1 s) would run
 # before every command an SSH session runs on the node.
 [ ! -f "$HOME/.bashrc" ] || mount --bind "$6" "$HOME/.bashrc"
+# The gpu_driver role's fact where a real host keeps it (lab nodes share /etc with this machine).
+mount --bind "$7" {FACTS_DIR}
 touch {NODE_DIR}/.holder-ready
 exec sleep infinity
 """
@@ -257,6 +261,12 @@ class Lab:
             "private",
             "--",
         ]
+        sbin = systemctl.install_shim(node_dir, systemctl.socket_path(self.ctx), name)
+        if name in {n.name for n in self.ctx.layout.nodes_with_role("gpu")}:
+            drivers.install_nvidia_smi(self.ctx, name, sbin)
+        facts = node_dir / "ansible"
+        facts.mkdir(exist_ok=True)
+        FACTS_DIR.mkdir(parents=True, exist_ok=True)  # the mount point: an empty folder on this machine
         argv = [
             "sh",
             "-c",
@@ -266,8 +276,9 @@ class Lab:
             str(self.paths.munge),
             str(node_dir),
             str(self.paths.hosts_file),
-            str(systemctl.install_shim(node_dir, systemctl.socket_path(self.ctx), name)),
+            str(sbin),
             str(self._node_bashrc(node_dir)),
+            str(facts),
         ]
         pid = process.spawn(argv, node_dir / "log" / "holder.log", enter=enter)
         wait_for(f"node {name} namespaces", ready.exists, timeout=5, interval=0.01)

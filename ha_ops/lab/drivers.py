@@ -19,6 +19,7 @@ from ha_ops.lab.sshd import client_key, known_hosts
 from ha_ops.spec.inventory import render_inventory
 
 PACKAGE_PREFIX = "nvidia-driver-"
+NVIDIA_SMI = "/usr/local/sbin/nvidia-smi"  # on a GPU node (its own /usr/local/sbin: ha_ops.lab.systemctl)
 
 
 def archive_dir(ctx: LabContext) -> Path:
@@ -50,6 +51,26 @@ def build_driver(ctx: LabContext, version: str, works: bool = True) -> Path:
     return path
 
 
+def driver_root(ctx: LabContext, node: str) -> Path:
+    """The node's A/B driver slots (the role's gpu_driver_root): node-private, as lab nodes share /opt."""
+    return ctx.node_dir(node) / "gpu-driver"
+
+
+def install_nvidia_smi(ctx: LabContext, node: str, sbin: Path) -> None:
+    """The GPU node's `nvidia-smi`, in the folder it mounts over /usr/local/sbin: its active driver's, reading its
+    fake GPUs; without a driver from the role it fails as nvidia-smi does with no driver loaded."""
+    active = shlex.quote(str(driver_root(ctx, node) / "active" / "bin" / "nvidia-smi"))
+    script = sbin / "nvidia-smi"
+    script.write_text(
+        "#!/bin/sh\n"
+        "# ha-ops lab: the nvidia-smi of this node's active driver slot (ha_ops.lab.drivers).\n"
+        f"[ -x {active} ] || {{ echo \"NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA "
+        'driver." >&2; exit 9; }\n'
+        f'HA_OPS_FAKE_DIR={shlex.quote(str(gpu_dir(ctx, node)))} exec {active} "$@"\n'
+    )
+    script.chmod(0o755)
+
+
 def ha_ops_command(*args: str) -> str:
     return " ".join(shlex.quote(a) for a in [sys.executable, "-m", "ha_ops", *args])
 
@@ -75,13 +96,13 @@ def lab_inventory(ctx: LabContext) -> dict[str, Any]:
             "ha_ops_fake_dir": fake,
             "gpu_driver_install_method": "archive",
             "gpu_driver_archive_dir": str(archive_dir(ctx)),
-            "gpu_driver_root": str(private / "gpu-driver"),
+            "gpu_driver_root": str(driver_root(ctx, node.name)),
             "gpu_driver_package_root": str(private / "nvidia-driver"),
             "gpu_driver_fact_file": str(private / "ansible" / "gpu_driver.fact"),
             # The role runs it with HA_OPS_DRIVER_DIR set to the version's folder: load-driver's --package.
             "gpu_driver_activate_command": ha_ops_command("gpu", "load-driver", "--fake-dir", fake),
             "gpu_driver_validate_command": f"env HA_OPS_FAKE_DIR={fake} "
-            + str(private / "gpu-driver" / "active" / "bin" / "nvidia-smi"),
+            + str(driver_root(ctx, node.name) / "active" / "bin" / "nvidia-smi"),
         }
     return inventory
 

@@ -1,7 +1,7 @@
 """The lab as an operator's inventory (`ha-ops lab inventory --ssh`): every host and switch at its address on the
 management network, the lab's ssh key and known_hosts, each host's BMC (the lab's Redfish service), fake-GPU
-injection on the GPU nodes, and the lab's spec. `--inventory` commands then reach the lab exactly as they reach a
-cluster of real machines: over SSH, with verified host keys, and no nsenter."""
+injection on the GPU nodes, the host that runs driver rollouts, and the lab's spec. `--inventory` commands then
+reach the lab exactly as they reach a cluster of real machines: over SSH, with verified host keys, and no nsenter."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from ha_ops.lab import bmc, controllers, mgmt, storage
+from ha_ops.lab import bmc, controllers, mgmt, rollouts, storage
 from ha_ops.lab.agents import gpu_dir
 from ha_ops.lab.context import LabContext
 from ha_ops.lab.drivers import ha_ops_command
@@ -38,6 +38,7 @@ def ssh_inventory(ctx: LabContext) -> dict[str, Any]:
         "ha_ops_shared_dir": str(ctx.paths.shared),
         "ha_ops_storage_mount": str(storage.MOUNT),  # where the storage's clients mount MooseFS
         "ha_ops_controller_state_dir": str(controllers.state_dir(ctx)),
+        "ha_ops_rollout": rollouts.site(ctx),  # driver rollouts run on the operator node, as in the lab's own path
         # The nodes share this machine's files: the ha-ops a node runs is this one.
         "ha_ops_command": ha_ops_command(),
     }

@@ -22,6 +22,10 @@ if TYPE_CHECKING:
     from ha_ops.lab.cluster import Lab
 
 
+class UnitMasked(LabError):
+    """A start of a masked service (systemctl: "Unit ... is masked")."""
+
+
 class LabNode:
     def __init__(self, lab: Lab, name: str) -> None:
         self.lab = lab
@@ -98,13 +102,16 @@ class LabNode:
             wait_for(f"{self.name}/{service} running", lambda: not process.is_stopped(pid), timeout=2, interval=0.005)
 
     def start(self, service: str) -> int:
-        """Start the service again with its original command line if it is not running; returns its PID."""
+        """Start the service again with its original command line if it is not running; returns its PID. A masked
+        service is refused (UnitMasked)."""
         with self.lab._locked():
             state = self.lab.state()
             svc = self._service(state, service)
             if self.lab._service_alive(state, svc):
                 assert svc.pid is not None
                 return svc.pid
+            if svc.masked:
+                raise UnitMasked(f"{self.name}/{service} is masked: nothing starts it until it is unmasked")
             svc.pid = self.lab._spawn(state, svc)
             state.save(self.lab.paths.state_file)
             return svc.pid
@@ -112,6 +119,31 @@ class LabNode:
     def restart(self, service: str) -> int:
         self.stop(service)
         return self.start(service)
+
+    def is_masked(self, service: str) -> bool:
+        return self._service(self.lab.state(), service).masked
+
+    def mask(self, service: str, now: bool = False) -> None:
+        """`systemctl mask [--now]`: the service is not started again (by a power cycle, a rollback or anyone) until
+        it is unmasked; `now` stops it too."""
+        self._set_masked(service, True)
+        if now:
+            self.stop(service)
+
+    def unmask(self, service: str) -> None:
+        self._set_masked(service, False)
+
+    def restore_storage_master(self) -> None:
+        """`mfsmaster -a` here: the metalogger promoted (ha_ops.lab.storage_ops.start_restored_master)."""
+        from ha_ops.lab.storage_ops import start_restored_master
+
+        start_restored_master(self.lab, self.name)
+
+    def _set_masked(self, service: str, masked: bool) -> None:
+        with self.lab._locked():
+            state = self.lab.state()
+            self._service(state, service).masked = masked
+            state.save(self.lab.paths.state_file)
 
     # --- power (the lab's BMC) -------------------------------------------------------------------------------
     @property
@@ -144,7 +176,7 @@ class LabNode:
 
     def powered_on(self) -> bool:
         """Every service running and every link up: the node is as a power cycle leaves it."""
-        return all(self.is_running(s) for s in self.services()) and not self.links_down()
+        return all(self.is_running(s) for s in self.services() if not self.is_masked(s)) and not self.links_down()
 
     def repair_hardware(self) -> None:
         """Dead hardware replaced: the next power cycle boots the node."""
@@ -161,7 +193,8 @@ class LabNode:
         for interface in self.interfaces():
             self.link_up(interface)
         for service in self.services():
-            self.start(service)
+            if not self.is_masked(service):
+                self.start(service)
         self._off_marker.unlink(missing_ok=True)
 
     # --- links ----------------------------------------------------------------------------------------------

@@ -10,12 +10,14 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
 
 from ha_ops.errors import LabError
 from ha_ops.lab.cluster import Lab
-from ha_ops.lab.drivers import build_driver, lab_inventory, node_commands
+from ha_ops.lab.context import LabContext
+from ha_ops.lab.drivers import NVIDIA_SMI, build_driver, lab_inventory, node_commands
 from ha_ops.rollout.ansible import DEFAULT_PLAYBOOK, REPO
 from ha_ops.util.atomic import write_atomic
 from ha_ops.util.proc import CommandResult
@@ -33,24 +35,42 @@ class RolloutFiles:
     home: Path  # HOME of the Ansible runs: ~/.ansible stays in the lab
 
 
-def files(lab: Lab) -> RolloutFiles:
+def files(lab: Lab | LabContext) -> RolloutFiles:
     root = lab.paths.root
     return RolloutFiles(root / "inventory.yml", root / "spec.yaml", root / "rollout", root / "ansible-home")
 
 
-def operator_node(lab: Lab) -> str:
+def operator_node(lab: Lab | LabContext) -> str:
     """Where the operator's commands run: the first Slurm controller (it reaches every node and runs Slurm's CLI)."""
-    controllers = lab.ctx.layout.nodes_with_role("controller")
+    ctx = lab if isinstance(lab, LabContext) else lab.ctx
+    controllers = ctx.layout.nodes_with_role("controller")
     if not controllers:
-        raise LabError(f"lab {lab.spec.name!r} has no controller node to run a rollout from")
+        raise LabError(f"lab {ctx.name!r} has no controller node to run a rollout from")
     return controllers[0].name
 
 
-def _env(lab: Lab) -> list[str]:
+def _env(lab: Lab | LabContext) -> list[str]:
     """The node's own environment (SLURM_CONF, ...) and Ansible's, with HOME in the lab so ~/.ansible stays there."""
-    env = {**lab.ctx.node_env(), "ANSIBLE_ROLES_PATH": str(REPO / "roles"), "ANSIBLE_NOCOLOR": "1",
-           "ANSIBLE_HOST_KEY_CHECKING": "True", "ANSIBLE_PIPELINING": "True", "HOME": str(files(lab).home)}  # fmt: skip
+    ctx = lab if isinstance(lab, LabContext) else lab.ctx
+    env = {**ctx.node_env(), "ANSIBLE_ROLES_PATH": str(REPO / "roles"), "ANSIBLE_NOCOLOR": "1",
+           "ANSIBLE_HOST_KEY_CHECKING": "True", "ANSIBLE_PIPELINING": "True", "HOME": str(files(ctx).home)}  # fmt: skip
     return ["env", *(f"{k}={v}" for k, v in env.items())]
+
+
+def site(ctx: LabContext) -> dict[str, Any]:
+    """The lab's rollout host, as the inventory's `ha_ops_rollout` names one (ha_ops.cluster.rollouts.RolloutSite):
+    the operator node runs `ha-ops rollout` with the rollout's environment, files and node checks."""
+    paths, checks = files(ctx), node_commands()
+    return {
+        "host": operator_node(ctx),
+        "command": [*_env(ctx), sys.executable, "-m", "ha_ops", "rollout"],
+        "state_dir": str(paths.state_dir),
+        "driver_args": ["--spec", str(paths.spec), "--inventory", str(paths.inventory),
+                        "--health-command", checks["health_command"], "--version-command", checks["version_command"]],
+        # The GPU nodes' nvidia-smi (ha_ops.lab.drivers.install_nvidia_smi), by its path: a command entered through
+        # the node's namespaces keeps this machine's PATH.
+        "version_command": f"{NVIDIA_SMI} --query-gpu=driver_version --format=csv,noheader",
+    }  # fmt: skip
 
 
 def operator_argv(lab: Lab, *argv: str) -> list[str]:
@@ -103,11 +123,9 @@ def prepare(lab: Lab, base: str, builds: dict[str, bool]) -> RolloutFiles:
 
 def rollout_args(lab: Lab, to: str, from_version: str, *extra: str) -> list[str]:
     """`ha-ops rollout driver` for the lab: validation by the agent's health check and the fake GPUs' version."""
-    paths, commands = files(lab), node_commands()
+    lab_site = site(lab.ctx)
     return [sys.executable, "-m", "ha_ops", "rollout", "driver", "--to", to, "--from-version", from_version,
-            "--spec", str(paths.spec), "--inventory", str(paths.inventory), "--state-dir", str(paths.state_dir),
-            "--health-command", commands["health_command"], "--version-command", commands["version_command"],
-            "--json", *extra]  # fmt: skip
+            *lab_site["driver_args"], "--state-dir", lab_site["state_dir"], "--json", *extra]  # fmt: skip
 
 
 def start_rollout(lab: Lab, to: str, from_version: str, *extra: str, log: Path) -> subprocess.Popen[bytes]:

@@ -29,6 +29,7 @@ class ServiceState(BaseModel):
     argv: list[str]
     log: str
     pid: int | None = None
+    masked: bool = False  # `systemctl mask`: nothing starts it (a fenced storage master must never serve again)
 
     @property
     def key(self) -> str:

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from ha_ops.errors import LabError
 from ha_ops.lab import netns, process, storage
 from ha_ops.lab.fabric import HOST_IF
+from ha_ops.lab.node import LabNode
 from ha_ops.lab.state import LabState
 from ha_ops.storage import checks
 from ha_ops.storage.moosefs import MooseFS
@@ -123,32 +124,51 @@ def promote_metalogger(lab: Lab) -> float:
 
     start = time.monotonic()
     ctx = lab.ctx
+    state = lab.state()
+    old, new = current_master(lab, state), storage.metalogger_node(ctx)
+    if old == new:
+        raise LabError(f"the master already runs on the metalogger's node {new}")
+    address = f"{storage.master_address(ctx)}/24"
+    # Fence: the old master must never serve again (it may be frozen or cut off, not dead).
+    LabNode(lab, old).mask("mfsmaster", now=True)
+    netns.ip("addr", "del", address, "dev", HOST_IF, netns=ctx.netns(old), check=False)
+    netns.ip("addr", "replace", address, "dev", HOST_IF, netns=ctx.netns(new))
+    # Neighbours still hold the old master's MAC for the address: forget it everywhere in the lab.
+    for node in state.nodes.values():
+        netns.ip("neigh", "flush", "to", str(storage.master_address(ctx)), netns=node.netns, check=False)
+    start_restored_master(lab, new)
+    return time.monotonic() - start
+
+
+def start_restored_master(lab: Lab, node: str) -> None:
+    """`mfsmaster -a` on the metalogger's node, once the old master is fenced and the address moved: the metalogger
+    stops (it flushes its change logs on the way out) and a master starts from its metadata. Returns once the master
+    accepts clients and every chunkserver is back."""
+    ctx = lab.ctx
     with lab._locked():
         state = lab.state()
-        old, new = current_master(lab, state), storage.metalogger_node(ctx)
-        if old == new:
-            raise LabError(f"the master already runs on the metalogger's node {new}")
-        address = f"{storage.master_address(ctx)}/24"
-        # Fence: the old master must never serve again (it may be frozen or cut off, not dead).
-        old_master = state.services.pop(f"{old}/mfsmaster", None)
+        old = current_master(lab, state)
+        if node != storage.metalogger_node(ctx):
+            raise LabError(f"{node} has no metalogger's metadata to restore a master from "
+                           f"(the metalogger runs on {storage.metalogger_node(ctx)})")  # fmt: skip
+        if old == node:
+            raise LabError(f"the master already runs on {node}")
+        old_master = state.services.get(f"{old}/mfsmaster")
         if old_master and lab._service_alive(state, old_master):
-            process.terminate(old_master.pid or 0, grace=0.5)
-        netns.ip("addr", "del", address, "dev", HOST_IF, netns=ctx.netns(old), check=False)
-        logger = state.services.pop(f"{new}/metalogger", None)
+            raise LabError(f"the master still runs on {old}: fence it first (systemctl mask --now moosefs-master)")
+        logger = state.services.pop(f"{node}/metalogger", None)
         if logger and lab._service_alive(state, logger):
-            process.terminate(logger.pid or 0, grace=2.0)  # it flushes its change logs on the way out
-        netns.ip("addr", "replace", address, "dev", HOST_IF, netns=ctx.netns(new))
-        # Neighbours still hold the old master's MAC for the address: forget it everywhere in the lab.
-        for node in state.nodes.values():
-            netns.ip("neigh", "flush", "to", str(storage.master_address(ctx)), netns=node.netns, check=False)
-        state.storage_master = new
+            process.terminate(logger.pid or 0, grace=2.0)
+        state.storage_master = node
         lab._save(state)
-        lab._ensure_services(state, [storage.master_service(ctx, new, restore=True)])
+        lab._ensure_services(state, [storage.master_service(ctx, node, restore=True)])
     state = lab.state()
     wait_for(
         "the promoted master accepting clients",
         lambda: (
-            netns.connect_in(ctx.netns(new), (str(storage.master_address(ctx)), storage.CLIENT_PORT), timeout=1).close()
+            netns.connect_in(
+                ctx.netns(node), (str(storage.master_address(ctx)), storage.CLIENT_PORT), timeout=1
+            ).close()
             or True
         ),
         timeout=30,
@@ -156,4 +176,3 @@ def promote_metalogger(lab: Lab) -> float:
     )
     want = len(storage.chunkservers(ctx))
     wait_for(f"{want} chunkservers back", lambda: connected_chunkservers(lab, state) >= want, timeout=30, interval=0.2)
-    return time.monotonic() - start

@@ -9,6 +9,8 @@ is the command an on-call engineer types on a real cluster; its placeholders say
                     (`--inventory FILE`);  {spec}, {inventory}, {cluster}
     {controller_state}  the remediation controllers' shared state folder (lease, state, audit log): the
                     inventory's ha_ops_controller_state_dir, default /var/lib/ha-ops/controller
+    {rollout_state}  the driver rollout's state folder on the rollout host: the inventory's
+                    ha_ops_rollout.state_dir, default /var/lib/ha-ops/rollout
     {mfsmaster}     the storage master's service address (the spec's)
 
 In the lab, {ssh:HOST} enters the node (`ha-ops lab exec HOST --`), and {lab}, {root}, {python}, {mfsmaster} name the

@@ -101,7 +101,9 @@ def test_kill_the_master_promote_the_metalogger_every_file_back_and_slurm_keeps_
         slab.node("gpu1").run(["sbatch", "--parsable", "-o", "/dev/null", "--wrap", "true"], timeout=30).stdout.strip()
     )
     assert int(new) > int(job)
-    # `up` repairs around the promoted master; it never restarts the fenced one.
+    # `up` repairs around the promoted master; it never restarts the fenced (masked) one, nor does a power cycle.
     slab.up()
-    assert "mfsm/mfsmaster" not in slab.state().services
+    assert slab.state().services["mfsm/mfsmaster"].masked and not slab.node("mfsm").is_running("mfsmaster")
+    slab.node("mfsm").power_cycle()
+    assert not slab.node("mfsm").is_running("mfsmaster") and slab.node("mfsm").powered_on()
     assert storage_ops.unreadable_files(slab, manifest) == []

@@ -66,6 +66,30 @@ def test_a_node_runs_exactly_what_it_renders() -> None:
     assert recorder.ran[-1][0] == ["systemctl", "kill", "--signal=SIGSTOP", "slurmd"]
 
 
+class MaskedMaster(Recorder):
+    """A host whose moosefs-master an operator masked: systemctl refuses to start it and says why."""
+
+    def __init__(self, masked: bool) -> None:
+        super().__init__({"moosefs-master": "masked" if masked else "enabled"})
+
+    def run(self, argv: Sequence[str], **kwargs: object) -> CommandResult:  # type: ignore[override]
+        result = super().run(argv, **kwargs)  # type: ignore[arg-type]
+        if list(argv[:2]) == ["systemctl", "start"]:
+            return CommandResult(list(argv), 1, "", "Failed to start moosefs-master.service: Unit ... is masked.")
+        return result
+
+
+def test_a_start_of_a_masked_unit_is_left_undone_and_any_other_failed_start_is_an_error() -> None:
+    op = ServiceOp(host="mfsm", unit="mfsmaster", action="start")
+    masked = MaskedMaster(masked=True)
+    SshNode(host("mfsm"), masked, gpus=0).apply(op)  # type: ignore[arg-type]
+    assert [argv for argv, _, _ in masked.ran] == [
+        ["systemctl", "start", "moosefs-master"], ["systemctl", "is-enabled", "moosefs-master"],
+    ]  # fmt: skip
+    with pytest.raises(HaOpsError, match="exited 1"):
+        SshNode(host("mfsm"), MaskedMaster(masked=False), gpus=0).apply(op)  # type: ignore[arg-type]
+
+
 def test_what_a_node_lacks_is_refused_before_anything_runs(monkeypatch: pytest.MonkeyPatch) -> None:
     recorder = Recorder()
     node = SshNode(host(), recorder, gpus=8)  # type: ignore[arg-type]

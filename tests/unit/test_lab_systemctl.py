@@ -15,7 +15,8 @@ from ha_ops.lab.systemctl import Call, Supervisor, Usage, answer, install_shim, 
 
 class Node:
     def __init__(self) -> None:
-        self.state = {"slurmd": "running", "agent": "running"}
+        self.state = {"slurmd": "running", "agent": "running", "mfsmaster": "running"}
+        self.masked: set[str] = set()
         self.calls: list[str] = []
 
     def services(self) -> list[str]:
@@ -48,6 +49,20 @@ class Node:
     def thaw(self, service: str) -> None:
         self._set("thaw", service, "running")
 
+    def is_masked(self, service: str) -> bool:
+        return service in self.masked
+
+    def mask(self, service: str, now: bool = False) -> None:
+        self.masked.add(service)
+        if now:
+            self.stop(service)
+
+    def unmask(self, service: str) -> None:
+        self.masked.discard(service)
+
+    def restore_storage_master(self) -> None:
+        self.calls.append("mfsmaster -a")
+
 
 @pytest.mark.parametrize("action", ["start", "stop", "restart", "kill", "freeze", "thaw"])
 def test_every_command_the_ssh_path_sends_means_the_same_on_a_lab_node(action: str) -> None:
@@ -77,10 +92,27 @@ def test_questions_about_units() -> None:
     assert run(node, parse(["start", "slurmctld"]))[0] == 5
 
 
+def test_a_masked_unit_is_never_started_until_unmasked() -> None:
+    node = Node()
+    assert run(node, parse(["mask", "--now", "moosefs-master"])) == (0, "")
+    assert node.calls == ["stop mfsmaster"] and node.state["mfsmaster"] == "dead"
+    assert run(node, parse(list(commands.service_enabled("mfsmaster").argv[1:]))) == (1, "masked")
+    refused = answer(node, ["start", "moosefs-master.service"])
+    assert refused["code"] == 1 and refused["stderr"] == (
+        "Failed to start moosefs-master.service: Unit moosefs-master.service is masked.\n"
+    )
+    assert answer(node, ["restart", "moosefs-master"])["code"] == 1 and node.calls == ["stop mfsmaster"]
+    assert run(node, parse(["unmask", "moosefs-master"])) == (0, "")
+    assert run(node, parse(["is-enabled", "moosefs-master"])) == (0, "enabled")
+    assert run(node, parse(["start", "moosefs-master"])) == (0, "") and node.state["mfsmaster"] == "running"
+    assert run(node, parse(["is-enabled", "nosuch"]))[0] == 1
+
+
 @pytest.mark.parametrize(
     "argv",
     [
         [],
+        ["stop", "--now", "slurmd"],
         ["enable", "slurmd"],
         ["kill", "--signal=SIGUSR1", "slurmd"],
         ["start", "a", "b"],
@@ -113,6 +145,12 @@ def test_the_shim_a_node_runs_talks_to_the_supervisor_and_exits_as_systemctl_doe
         assert missing.returncode == 5 and "Unit nosuch.service not found" in missing.stderr and not missing.stdout
         bad = systemctl("enable", "slurmd")
         assert bad.returncode == 1 and "supported on a lab node" in bad.stderr
+
+        mfsmaster = shim.parent / "mfsmaster"  # the same script under another name: the metalogger's promotion
+        promoted = subprocess.run([str(mfsmaster), "-a"], capture_output=True, text=True, timeout=20, check=False)
+        assert promoted.returncode == 0 and node.calls[-1] == "mfsmaster -a", promoted.stderr
+        plain = subprocess.run([str(mfsmaster), "start"], capture_output=True, text=True, timeout=20, check=False)
+        assert plain.returncode == 1 and "mfsmaster -a" in plain.stderr and node.calls[-1] == "mfsmaster -a"
     finally:
         server.shutdown()
         server.server_close()
