@@ -18,6 +18,7 @@ from ha_ops.cli import inventory as inventory_cmd
 from ha_ops.cli import lab as lab_cmd
 from ha_ops.cli import monitoring as monitoring_cmd
 from ha_ops.cli import output
+from ha_ops.cli import power as power_cmd
 from ha_ops.cli import rollout as rollout_cmd
 from ha_ops.cli import runbook as runbook_cmd
 from ha_ops.cli import spec as spec_cmd
@@ -49,6 +50,7 @@ app.add_typer(chaos_cmd.app, name="chaos")
 app.add_typer(gameday_cmd.app, name="gameday")
 app.add_typer(runbook_cmd.app, name="runbook")
 app.add_typer(rollout_cmd.app, name="rollout")
+app.add_typer(power_cmd.app, name="power")
 app.command("inventory")(inventory_cmd.inventory)
 
 

@@ -41,6 +41,7 @@ def base_urls(ctx: LabContext) -> list[str]:
 
 def render_config(ctx: LabContext, node: str) -> dict:
     from ha_ops.lab import monitoring  # monitoring's Alertmanager needs this module's base_urls
+    from ha_ops.lab.inventory import ssh_inventory_path  # the inventory names this module's state folder
 
     rem = ctx.spec.remediation
     assert rem is not None
@@ -73,7 +74,12 @@ def render_config(ctx: LabContext, node: str) -> dict:
         "node_poll_s": 1.0,
         "agent_silence_s": 10.0,  # the lab's agents report every 5 s
         # Lab nodes share one process namespace: fence exactly this node's slurmctld, through its own pid file.
-        "slurm_fence": {"after_s": 8.0, "command": _LAB_FENCE.format(pidfile=NODE_DIR / "slurmctld.pid")},
+        "slurm_fence": {
+            "after_s": 8.0,
+            "command": _LAB_FENCE.format(pidfile=NODE_DIR / "slurmctld.pid"),
+            # A primary ssh cannot reach (cut off from the network) goes off through its BMC (ha_ops.lab.bmc).
+            "power_off_command": f"{python} -m ha_ops power off {{node}} --inventory {ssh_inventory_path(ctx)}",
+        },
         "monitoring": {
             "prometheus_url": monitoring.prometheus_url(ctx),
             "alertmanager_url": monitoring.alertmanager_url(ctx),
@@ -86,8 +92,8 @@ def render_config(ctx: LabContext, node: str) -> dict:
             "known_hosts": str(known_hosts(ctx)),
             "reset_gpu_command": f"{python} -m ha_ops gpu reset --backend fake --fake-dir {fake} --gpu {{gpu}}",
             "reboot_command": f"{python} -m ha_ops gpu reset --backend fake --fake-dir {fake} --all",
-            # The lab's BMC is the lab itself (`lab power` steps out to the lab host's namespaces).
-            "power_cycle_command": f"{python} -m ha_ops lab power {{node}} cycle --name {ctx.spec.name}",
+            # Through the node's BMC, as on a real cluster: Redfish on the management network (ha_ops.lab.bmc).
+            "power_cycle_command": f"{python} -m ha_ops power cycle {{node}} --inventory {ssh_inventory_path(ctx)}",
             "validate_command": f"{python} -m ha_ops health check --json --config {NODE_DIR / 'agent.yaml'}",
             "command_timeout_s": 30.0,
             "boot_wait_s": 10.0,
@@ -98,7 +104,10 @@ def render_config(ctx: LabContext, node: str) -> dict:
 def prepare(ctx: LabContext) -> None:
     if ctx.spec.remediation is None:
         return
+    from ha_ops.lab.inventory import write_ssh_inventory
+
     state_dir(ctx).mkdir(parents=True, exist_ok=True)
+    write_ssh_inventory(ctx)  # the nodes' BMCs, for the power cycle
     for n in ctx.layout.nodes_with_role("controller"):
         config_path(ctx, n.name).write_text(yaml.safe_dump(render_config(ctx, n.name), sort_keys=False))
 

@@ -62,3 +62,14 @@ def ssh_inventory(ctx: LabContext) -> dict[str, Any]:
         switches[name] = None
     inventory["all"]["children"]["switches"] = {"hosts": switches}
     return inventory
+
+
+def ssh_inventory_path(ctx: LabContext) -> Path:
+    """Where the lab keeps its own SSH inventory: what its remediation controllers power nodes through (their BMC)."""
+    return ctx.paths.etc / "inventory-ssh.yml"
+
+
+def write_ssh_inventory(ctx: LabContext) -> Path:
+    path = ssh_inventory_path(ctx)
+    write_atomic(path, yaml.safe_dump(ssh_inventory(ctx), sort_keys=False))
+    return path

@@ -70,6 +70,17 @@ class SlurmFence(ConfigModel):
         20.0, gt=0, description="The primary DOWN and the backup UP for this long (> SlurmctldTimeout) before fencing."
     )
     command: str = Field("pkill -KILL -x slurmctld", description="Run on the hung primary's host over ssh.")
+    power_off_command: str | None = Field(
+        None,
+        description="Run on the controller's host when the primary's host does not answer ssh (cut off, or hung): "
+        "its BMC powers it off, and it must exit 0 only once the BMC reports off, e.g. "
+        "'ha-ops power off {node} --inventory /etc/ha-ops/hosts.yml'. Without it such a primary stays unfenced.",
+    )
+    takeover_command: str | None = Field(
+        "scontrol takeover",
+        description="Run on the controller's host after a fence through the BMC: the backup takes control at once "
+        "(the heartbeat the cut-off primary kept writing is still fresh).",
+    )
 
 
 class PoolConfig(ConfigModel):

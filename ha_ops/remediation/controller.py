@@ -27,7 +27,7 @@ from ha_ops.remediation.config import ControllerConfig
 from ha_ops.remediation.executor import Executor
 from ha_ops.remediation.lease import Lease, LeaseLost
 from ha_ops.remediation.model import ControllerState, Intent, NodePhase
-from ha_ops.remediation.slurm_fence import FenceWatch
+from ha_ops.remediation.slurm_fence import FenceWatch, fence_primary
 from ha_ops.remediation.store import StateStore
 
 log = logging.getLogger(__name__)
@@ -316,19 +316,25 @@ class Controller:
         if host is None or token is None:
             return
         self.lease.check(token)  # only the leader fences, and a deposed one must not
-        why = f"slurmctld on {host} has not answered for {self.config.slurm_fence.after_s:g} s while a backup is UP"
+        fence = self.config.slurm_fence
+        why = f"slurmctld on {host} has not answered for {fence.after_s:g} s while a backup is UP"
         log.error("fencing the hung Slurm primary: %s", why)
-        try:
-            result = self.executor.node_ops.run_command(host, self.config.slurm_fence.command)
-            said = (result.stdout or result.stderr).strip().splitlines()[-1:] or [""]
-            outcome = f"fenced: {said[0][:120]}" if result.ok else f"fence command failed: exit {result.returncode}"
-        except Exception as exc:
-            outcome = f"fence failed: {exc}"
+        ops = self.executor.node_ops
+        outcome = fence_primary(host, fence.command, fence.power_off_command, ops.run_command, ops.run_here)
+        self._audit_fence(token, "fence_slurmctld", host, why, "DOWN (hung or cut off)", outcome.said)
+        backup = next((h for h, state in controllers[1:] if state == "UP"), None)
+        if outcome.how == "bmc" and fence.takeover_command and backup is not None:
+            result = ops.run_here(fence.takeover_command)
+            said = "told to take control" if result.ok else f"takeover failed: exit {result.returncode}"
+            self._audit_fence(token, "slurm_takeover", backup, f"{host} was powered off through its BMC",
+                              "standby", said)  # fmt: skip
+
+    def _audit_fence(self, token: int, what: str, node: str, why: str, before: str, after: str) -> None:
         with self._lock:
             if self.token != token:
                 return
-            self.audit.append(at=self.clock(), who=self._who(token), what="fence_slurmctld", node=host, why=why,
-                              before="DOWN (hung)", after=outcome)  # fmt: skip
+            self.audit.append(at=self.clock(), who=self._who(token), what=what, node=node, why=why, before=before,
+                              after=after)  # fmt: skip
             self._save()
 
     def _monitoring_loop(self) -> None:

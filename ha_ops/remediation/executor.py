@@ -23,6 +23,10 @@ class NodeOps(Protocol):
 
     def run_command(self, node: str, command: str) -> CommandResult: ...
 
+    def run_here(self, command: str) -> CommandResult:
+        """On the controller's own host (BMC and Slurm commands)."""
+        ...
+
 
 class ActionFailed(Exception):
     """The action ran and did not succeed; the message says why (kept in the intent's result)."""

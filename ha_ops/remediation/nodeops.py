@@ -47,11 +47,13 @@ class SshNodeOps:
             if self.access.power_cycle_command is None:
                 raise
             log.warning("%s does not answer ssh (%s); power-cycling it", node, exc)
-            command = self.access.power_cycle_command.format(node=node)
-            return run(["sh", "-c", command], check=False, timeout=self.access.command_timeout_s)
+            return self.run_here(self.access.power_cycle_command.format(node=node))
 
     def run_command(self, node: str, command: str) -> CommandResult:
         return self._run(node, command)
+
+    def run_here(self, command: str) -> CommandResult:
+        return run(["sh", "-c", command], check=False, timeout=self.access.command_timeout_s)
 
     def validate(self, node: str) -> CommandResult:
         """Run the validation, first waiting (up to `boot_wait_s`) for a node that is still rebooting to answer."""

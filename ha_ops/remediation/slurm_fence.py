@@ -1,13 +1,23 @@
-"""When to fence a hung Slurm primary: pure bookkeeping over `scontrol ping` answers.
+"""When and how to fence a hung Slurm primary.
 
-The primary counts as hung once it has been DOWN (not answering pings) for `after_s` while a backup is UP: by then
-the backup has taken control, and a primary that is frozen rather than dead still holds clients until their
-MessageTimeout. It is fenced once per outage; a primary that answers again is watched afresh.
+When (FenceWatch, pure bookkeeping over `scontrol ping` answers): the primary counts as hung once it has been DOWN
+(not answering pings) for `after_s` while a backup is UP. A primary that is frozen rather than dead still holds
+clients until their MessageTimeout; one cut off from the network but alive keeps writing the heartbeat on shared
+state, so the backup stays in standby. It is fenced once per outage; a primary that answers again is watched afresh.
+
+How (fence_primary): over ssh first (kill its slurmctld). A host ssh cannot reach is powered off through its BMC,
+and counts as fenced only once the BMC reports it off; then the backup is told to take control at once (`scontrol
+takeover`: the heartbeat the isolated primary wrote is still fresh). Never two controllers in control: no takeover
+without a confirmed fence.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+
+from ha_ops.errors import TransportError
+from ha_ops.util.proc import CommandResult
 
 
 @dataclass
@@ -32,3 +42,39 @@ class FenceWatch:
             return None
         self.fenced.add(primary)
         return primary
+
+
+@dataclass(frozen=True)
+class FenceOutcome:
+    fenced: bool
+    how: str  # "ssh", "bmc", or "" when not fenced
+    said: str  # for the audit log: each step and its result
+
+
+def _last_line(result: CommandResult) -> str:
+    lines = (result.stdout or result.stderr).strip().splitlines()
+    return lines[-1][:120] if lines else f"exit {result.returncode}"
+
+
+def fence_primary(
+    host: str,
+    ssh_command: str,
+    power_off_command: str | None,
+    run_on: Callable[[str, str], CommandResult],
+    run_here: Callable[[str], CommandResult],
+) -> FenceOutcome:
+    """Fence `host`'s slurmctld: `ssh_command` on it (`run_on`), else, when ssh cannot reach it,
+    `power_off_command` (with {node}) on the controller's host (`run_here`), which exits 0 once the BMC reports off."""
+    try:
+        result = run_on(host, ssh_command)
+        if result.ok:
+            return FenceOutcome(True, "ssh", f"fenced over ssh: {_last_line(result)}")
+        return FenceOutcome(False, "", f"fence command failed: {_last_line(result)}")  # it answers: no power off
+    except TransportError as exc:
+        unreachable = f"{host} does not answer ssh ({str(exc)[:120]})"
+    if power_off_command is None:
+        return FenceOutcome(False, "", f"{unreachable}; no power_off_command: left unfenced")
+    off = run_here(power_off_command.format(node=host))
+    if not off.ok:
+        return FenceOutcome(False, "", f"{unreachable}; power off through its BMC failed: {_last_line(off)}")
+    return FenceOutcome(True, "bmc", f"{unreachable}; powered off through its BMC: {_last_line(off)}")

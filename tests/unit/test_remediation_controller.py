@@ -15,13 +15,14 @@ from prometheus_client import generate_latest
 from ha_ops.errors import TransportError
 from ha_ops.health.report import AgentReport, ReportFinding
 from ha_ops.remediation.audit import AuditHead, verify
-from ha_ops.remediation.config import ControllerConfig, Ladder, PoolConfig, Safety
+from ha_ops.remediation.config import ControllerConfig, Ladder, PoolConfig, Safety, SlurmFence
 from ha_ops.remediation.controller import Controller
 from ha_ops.remediation.executor import ActionFailed
 from ha_ops.remediation.lease import LeaseLost
 from ha_ops.remediation.model import Intent, NodePhase
 from ha_ops.remediation.store import read_state
 from ha_ops.schedulers.slurm import SlurmJob
+from ha_ops.util.proc import CommandResult
 
 EPISODE = [
     ("drain", "n1"), ("spare_in", "s1"), ("requeue_jobs", "n1"), ("reset_gpu", "n1"), ("validate", "n1"),
@@ -477,3 +478,40 @@ def test_metrics_name_each_slurm_controller_the_leader_last_pinged(tmp_path: Pat
     a.c._fence_step([("ctl1", "UP"), ("ctl2", "UP")])
     assert 'ha_ops_slurm_controller_up{host="ctl1"} 1.0' in generate_latest(a.c.registry).decode()
     assert "ha_ops_slurm_controller_up{" not in generate_latest(b.c.registry).decode()  # a standby pings nothing
+
+
+class CutOffPrimary:
+    """Node access where the Slurm primary's host does not answer ssh and its BMC powers it off."""
+
+    def __init__(self) -> None:
+        self.here: list[str] = []
+
+    def run_command(self, node: str, command: str) -> CommandResult:
+        raise TransportError(f"cannot reach {node}:22")
+
+    def run_here(self, command: str) -> CommandResult:
+        self.here.append(command)
+        return CommandResult(["sh", "-c", command], 0, "done", "")
+
+
+def test_a_cut_off_primary_is_powered_off_through_its_bmc_then_the_backup_is_told_to_take_control(
+    tmp_path: Path,
+) -> None:
+    rig = Rig(tmp_path)
+    fence = SlurmFence(after_s=5, power_off_command="ha-ops power off {node} -i hosts.yml")
+    rig.c.config = rig.config.model_copy(update={"slurm_fence": fence})
+    rig.c.fence.after_s = fence.after_s
+    ops = CutOffPrimary()
+    rig.executor.node_ops = ops  # type: ignore[attr-defined]
+    rig.c.lease_step()
+    cut = [("ctl1", "DOWN"), ("ctl2", "UP")]  # the backup answers, in standby: the primary's heartbeat is fresh
+    rig.c._fence_step(cut)
+    rig.step(seconds=1.0, ticks=5)  # the lease renewed meanwhile
+    rig.c._fence_step(cut)
+    assert ops.here == ["ha-ops power off ctl1 -i hosts.yml", "scontrol takeover"]
+    fenced, took = [e for e in rig.audit() if e["what"] in ("fence_slurmctld", "slurm_takeover")]
+    assert fenced["node"] == "ctl1" and "powered off through its BMC" in fenced["after"]
+    assert (took["what"], took["node"], took["after"]) == ("slurm_takeover", "ctl2", "told to take control")
+    rig.step(seconds=1.0, ticks=5)
+    rig.c._fence_step(cut)
+    assert len(ops.here) == 2  # once per outage

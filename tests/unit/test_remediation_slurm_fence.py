@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from ha_ops.remediation.slurm_fence import FenceWatch
+from ha_ops.errors import TransportError
+from ha_ops.remediation.slurm_fence import FenceOutcome, FenceWatch, fence_primary
+from ha_ops.util.proc import CommandResult
 
 UP_UP = [("ctl1", "UP"), ("ctl2", "UP")]
 HUNG = [("ctl1", "DOWN"), ("ctl2", "UP")]
@@ -38,3 +40,52 @@ def test_a_blip_resets_the_clock() -> None:
     watch.observe(UP_UP, 105)
     assert watch.observe(HUNG, 111) is None
     assert watch.observe(HUNG, 121) == "ctl1"
+
+
+# --- how: over ssh, else through the BMC -------------------------------------------------------------------------
+def _result(code: int, text: str = "") -> CommandResult:
+    return CommandResult(["sh", "-c", "..."], code, text, "")
+
+
+class Ops:
+    def __init__(self, ssh: CommandResult | Exception, bmc: CommandResult | None = None) -> None:
+        self.ssh, self.bmc = ssh, bmc
+        self.ran: list[str] = []
+
+    def run_on(self, host: str, command: str) -> CommandResult:
+        self.ran.append(f"ssh {host}: {command}")
+        if isinstance(self.ssh, Exception):
+            raise self.ssh
+        return self.ssh
+
+    def run_here(self, command: str) -> CommandResult:
+        self.ran.append(f"here: {command}")
+        assert self.bmc is not None
+        return self.bmc
+
+
+def fence(ops: Ops, power_off: str | None = "ha-ops power off {node} -i hosts.yml") -> FenceOutcome:
+    return fence_primary("ctl1", "pkill -KILL -x slurmctld", power_off, ops.run_on, ops.run_here)
+
+
+def test_a_primary_ssh_reaches_is_fenced_over_ssh_and_never_powered_off() -> None:
+    ops = Ops(_result(0, "killed slurmctld 42"))
+    assert fence(ops) == FenceOutcome(True, "ssh", "fenced over ssh: killed slurmctld 42")
+    assert ops.ran == ["ssh ctl1: pkill -KILL -x slurmctld"]
+    failed = Ops(_result(1, "permission denied"))  # it answers: a power off would kill a node that can be reached
+    assert fence(failed) == FenceOutcome(False, "", "fence command failed: permission denied")
+    assert len(failed.ran) == 1
+
+
+def test_a_primary_ssh_cannot_reach_is_powered_off_through_its_bmc_and_fenced_only_once_it_reports_off() -> None:
+    ops = Ops(TransportError("cannot reach ctl1:22"), _result(0, "ctl1: power off done; the BMC reports off"))
+    outcome = fence(ops)
+    assert outcome.fenced and outcome.how == "bmc" and "powered off through its BMC" in outcome.said
+    assert ops.ran[-1] == "here: ha-ops power off ctl1 -i hosts.yml"
+    refused = fence(Ops(TransportError("cannot reach ctl1:22"), _result(4, "the BMC does not answer")))
+    assert not refused.fenced and "power off through its BMC failed: the BMC does not answer" in refused.said
+    unarmed = Ops(TransportError("cannot reach ctl1:22"))
+    assert fence(unarmed, power_off=None) == FenceOutcome(
+        False, "", "ctl1 does not answer ssh (cannot reach ctl1:22); no power_off_command: left unfenced"
+    )
+    assert len(unarmed.ran) == 1
