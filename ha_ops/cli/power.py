@@ -32,7 +32,11 @@ def _backend(inventory: Path, node: str):  # -> PowerBackend
 @app.command()
 def status(node: str = NodeArg, inventory: Path = InventoryOpt, json_out: bool = JsonOpt) -> None:
     """What the node's BMC reports: on, off or unknown."""
-    state = _backend(inventory, node).state()
+    power = _backend(inventory, node)
+    try:
+        state = power.state()
+    finally:
+        power.close()
     if json_out:
         output.emit_json({"node": node, "power": state})
     else:
@@ -48,8 +52,11 @@ def _act(node: str, inventory: Path, action: PowerAction, dry_run: bool, json_ou
         else:
             output.result(f"dry run: {line}")
         return
-    power.act(action)  # returns once the BMC reports the result
-    state = power.state()
+    try:
+        power.act(action)  # returns once the BMC reports the result
+        state = power.state()
+    finally:
+        power.close()
     if json_out:
         output.emit_json({"node": node, "action": action, "power": state})
     else:

@@ -70,6 +70,10 @@ class PowerBackend(Protocol):
         """What `act` sends, for --dry-run (no credentials)."""
         ...
 
+    def close(self) -> None:
+        """Let go of the BMC's connection, if one is held."""
+        ...
+
 
 def backend(host: str, bmc: BmcConfig) -> PowerBackend:
     return RedfishPower(host, bmc) if bmc.kind == "redfish" else IpmiPower(host, bmc)
@@ -99,6 +103,12 @@ class RedfishPower:
         self.host = host
         self.bmc = bmc
         self._system = None
+        self._connector = None
+
+    def close(self) -> None:
+        if self._connector is not None:
+            self._connector.close()
+        self._system = self._connector = None
 
     def _connect(self):  # -> sushy.resources.system.system.System
         if self._system is not None:
@@ -134,7 +144,7 @@ class RedfishPower:
         except BaseException:
             connector.close()
             raise
-        self._system = system
+        self._system, self._connector = system, connector
         return system
 
     def state(self) -> PowerState:
@@ -181,6 +191,9 @@ class IpmiPower:
     def __init__(self, host: str, bmc: BmcConfig) -> None:
         self.host = host
         self.bmc = bmc
+
+    def close(self) -> None:
+        return None  # each call is its own ipmitool process
 
     def argv(self, verb: str) -> list[str]:
         return ["ipmitool", "-I", "lanplus", "-H", self.bmc.address, "-U", self.bmc.user, "-E", "-N", "2", "-R", "2",

@@ -273,3 +273,5 @@ class SshCluster:
     def close(self) -> None:
         for node in self._nodes.values():
             node.transport.close()
+            if node.power is not None:
+                node.power.close()
