@@ -70,25 +70,24 @@ class PlanningNode:
 class PlanningRollouts:
     """A cluster's driver rollouts that record the rollout commands instead of running them; reads pass through."""
 
+    READS = ("site", "check", "state", "phase", "fleet_as_before")
+
     def __init__(self, real: DriverRollouts, recorder: _Recorder) -> None:
         self.real = real
         self._recorder = recorder
-        self.site = real.site
-        # What only reads: asked of the real cluster.
-        self.check, self.state, self.phase, self.fleet_as_before = (
-            real.check,
-            real.state,
-            real.phase,
-            real.fleet_as_before,
-        )
 
-    def _plan(self, line: str) -> None:
-        rec = self._recorder
-        rec.planned.append(Planned(rec.activity, self.real.site.host, line, rec.undo))
+    def __getattr__(self, name: str) -> Any:
+        if name not in self.READS:
+            raise AttributeError(name)
+        return getattr(self.real, name)
+
+    def _plan(self, line: str | None) -> None:
+        if line is not None:
+            rec = self._recorder
+            rec.planned.append(Planned(rec.activity, self.real.site.host, line, rec.undo))
 
     def prepare(self, to: str, broken: bool, base: str) -> None:
-        if type(self.real).prepare is not DriverRollouts.prepare:
-            self._plan(f"prepare the rollout to {to} (broken={broken}, base {base})")
+        self._plan(self.real.prepares and f"{self.real.prepares} (to {to}, broken={broken}, base {base})")
 
     def start(self, to: str, waves: str, timeout_s: float) -> str:
         try:
@@ -102,8 +101,7 @@ class PlanningRollouts:
         self._plan(f"if the rollout is still open: {shlex.join(self.real.abort_argv())}")
 
     def finish(self) -> None:
-        if type(self.real).finish is not DriverRollouts.finish:
-            self._plan("give the remediation controllers their agents back")
+        self._plan(self.real.finishes)
 
 
 class PlanningCluster:

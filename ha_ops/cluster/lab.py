@@ -192,6 +192,9 @@ class LabDriverRollouts(DriverRollouts):
     installed where the role never ran; the remediation controllers stand down meanwhile, their agents draining in
     Slurm (ha_ops.lab.cluster.Lab.use_controllers): they would also act on the GPUs a bad driver loses."""
 
+    prepares = "build the drivers, install the base one where the role never ran, agents drain in Slurm"
+    finishes = "agents report to the remediation controllers again"
+
     def __init__(self, cluster: LabCluster, site: RolloutSite) -> None:
         super().__init__(cluster, site)
         self.lab = cluster.lab

@@ -136,6 +136,10 @@ class DriverRollouts:
         """What must hold before a rollout fault goes in (read-only): the fleet on one driver from the role."""
         self.from_version()
 
+    # What prepare() and finish() do, for a dry run (None: nothing).
+    prepares: str | None = None
+    finishes: str | None = None
+
     def prepare(self, to: str, broken: bool, base: str) -> None:
         """Before a rollout: nothing on a real cluster, whose package source has `to` (and whose fleet runs a driver
         from the role). The lab builds `to` (broken: a build that loses every GPU) and installs `base` first."""

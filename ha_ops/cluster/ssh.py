@@ -11,6 +11,7 @@ import sys
 import threading
 from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 from ha_ops.cluster import commands
 from ha_ops.cluster.base import MASKED, Service, service_endpoint
@@ -161,15 +162,19 @@ class SshCluster:
     def hosts(self) -> list[str]:
         return list(self.inventory.hosts)
 
+    def cluster_value(self, name: str) -> Any:
+        """A variable that describes the whole cluster (set under `all` or on any host): the first host's, as set."""
+        return next((h.vars[name] for h in self.inventory.hosts.values() if h.vars.get(name)), None)
+
     def cluster_var(self, name: str) -> str | None:
-        """A variable that describes the whole cluster (set under `all` or on any host): the first host's."""
-        return next((str(h.vars[name]) for h in self.inventory.hosts.values() if h.vars.get(name)), None)
+        """cluster_value as text."""
+        value = self.cluster_value(name)
+        return None if value is None else str(value)
 
     def driver_rollouts(self) -> DriverRollouts:
         """Driver rollouts through the inventory's `ha_ops_rollout`: the host that runs `ha-ops rollout` (with
         Ansible, the rollout's inventory and Slurm's CLI), and how (ha_ops.cluster.rollouts.RolloutSite)."""
-        value = next((h.vars["ha_ops_rollout"] for h in self.inventory.hosts.values() if h.vars.get("ha_ops_rollout")),
-                     None)  # fmt: skip
+        value = self.cluster_value("ha_ops_rollout")
         if value is None:
             raise CapabilityMissing(f"{self.name} has no driver rollouts: no ha_ops_rollout in {self.inventory.source} "
                                     "(the host that runs `ha-ops rollout`)")  # fmt: skip

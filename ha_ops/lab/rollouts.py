@@ -40,18 +40,16 @@ def files(lab: Lab | LabContext) -> RolloutFiles:
     return RolloutFiles(root / "inventory.yml", root / "spec.yaml", root / "rollout", root / "ansible-home")
 
 
-def operator_node(lab: Lab | LabContext) -> str:
+def operator_node(ctx: LabContext) -> str:
     """Where the operator's commands run: the first Slurm controller (it reaches every node and runs Slurm's CLI)."""
-    ctx = lab if isinstance(lab, LabContext) else lab.ctx
     controllers = ctx.layout.nodes_with_role("controller")
     if not controllers:
         raise LabError(f"lab {ctx.name!r} has no controller node to run a rollout from")
     return controllers[0].name
 
 
-def _env(lab: Lab | LabContext) -> list[str]:
+def _env(ctx: LabContext) -> list[str]:
     """The node's own environment (SLURM_CONF, ...) and Ansible's, with HOME in the lab so ~/.ansible stays there."""
-    ctx = lab if isinstance(lab, LabContext) else lab.ctx
     env = {**ctx.node_env(), "ANSIBLE_ROLES_PATH": str(REPO / "roles"), "ANSIBLE_NOCOLOR": "1",
            "ANSIBLE_HOST_KEY_CHECKING": "True", "ANSIBLE_PIPELINING": "True", "HOME": str(files(ctx).home)}  # fmt: skip
     return ["env", *(f"{k}={v}" for k, v in env.items())]
@@ -75,11 +73,11 @@ def site(ctx: LabContext) -> dict[str, Any]:
 
 def operator_argv(lab: Lab, *argv: str) -> list[str]:
     """A command line that runs `argv` on the operator node with the rollout's environment (for Popen)."""
-    return [*lab.transport(operator_node(lab)).enter_prefix(), *_env(lab), *argv]
+    return [*lab.transport(operator_node(lab.ctx)).enter_prefix(), *_env(lab.ctx), *argv]
 
 
 def on_operator_node(lab: Lab, *argv: str, timeout: float = 600) -> CommandResult:
-    return lab.node(operator_node(lab)).run([*_env(lab), *argv], timeout=timeout, check=False)
+    return lab.node(operator_node(lab.ctx)).run([*_env(lab.ctx), *argv], timeout=timeout, check=False)
 
 
 def active_versions(lab: Lab) -> dict[str, str | None]:

@@ -115,3 +115,25 @@ def test_a_bad_rollout_site_names_the_field() -> None:
         RolloutSite.parse({"host": "ctl1", "command": []}, "hosts.yml")
     with pytest.raises(SpecError, match=r"ha_ops_rollout\.host"):
         RolloutSite.parse({"state_dir": "/x"}, "hosts.yml")
+
+
+def test_a_dry_run_records_the_rollout_commands_and_runs_none() -> None:
+    from ha_ops.chaos.dryrun import PlanningRollouts, _Recorder
+
+    cluster = Cluster(dict.fromkeys(GPUS, "550.90.07"))
+    recorder = _Recorder()
+    planning = PlanningRollouts(DriverRollouts(cluster, SITE), recorder)  # type: ignore[arg-type]
+    planning.prepare("575.51.02", True, "550.90.07")  # nothing to prepare on a real cluster: no line
+    assert planning.start("575.51.02", "1,rest", 600) == "(dry run) rollout to 575.51.02"
+    planning.end()
+    planning.finish()
+    lines = [(p.host, p.line) for p in recorder.planned]
+    assert lines == [
+        ("ctl1", "ha-ops rollout driver --to 575.51.02 --from-version 550.90.07 --spec /etc/ha-ops/c.yaml "
+                 "--state-dir /var/lib/ha-ops/rollout --soak 0 --waves 1,rest --json"),
+        ("ctl1", "if the rollout is still open: ha-ops rollout abort --rollback --state-dir /var/lib/ha-ops/rollout "
+                 "--json"),
+    ]  # fmt: skip
+    assert not any("driver" in argv or "abort" in argv for _, argv in cluster.ran)  # read, never run
+    with pytest.raises(AttributeError):
+        planning.argv  # noqa: B018  (only reads pass through)
