@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -166,6 +167,7 @@ def reset_remediation(lab: Lab) -> None:
             slurm.resume(node.name)
     for name in ("state.json", "lease.json", "lease.token", "audit.jsonl"):
         (state_dir(lab.ctx) / name).unlink(missing_ok=True)
+    shutil.rmtree(state_dir(lab.ctx) / "views", ignore_errors=True)
     for node in controller_nodes(lab):
         lab.node(node).start("controller")
     wait_for("a controller leads", lambda: leader(lab), timeout=15, interval=0.1)

@@ -1,6 +1,11 @@
 """The node agent: NVML events plus a periodic sweep -> checks -> verdict -> metrics, and on a change either a
 Slurm drain/resume or a report to the remediation controller.
 
+Reporting to controllers, the agent still does not depend on that one path: when no controller has accepted a report
+for `fallback_after_s` (both down, or cut off from this node) an unhealthy node is drained in Slurm by the agent, as
+local defence in depth. It never resumes such a drain itself: the controller adopts it and returns the node through
+its repair ladder.
+
 The agent never drains because of its own trouble: a reading it cannot take makes the GPU "unknown", and
 "unknown" neither drains nor resumes. It only resumes nodes it drained itself (reason prefix `ha-ops:`).
 """
@@ -28,7 +33,7 @@ from ha_ops.health.config import AgentConfig
 from ha_ops.health.exporter import AgentCollector
 from ha_ops.health.model import HealthState, Verdict
 from ha_ops.health.report import AgentReport, build_report
-from ha_ops.schedulers.slurm import Slurm
+from ha_ops.schedulers.slurm import AGENT_REASON_PREFIX, Slurm
 from ha_ops.util.atomic import write_atomic
 
 log = logging.getLogger(__name__)
@@ -119,6 +124,7 @@ class Agent:
         self.seq = 0
         self._last_report_at = 0.0
         self._report_pending = False
+        self._unaccepted_since: float | None = None  # the first report no controller accepted, since the last one did
         self._pending: list[GpuEvent] = []
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -201,10 +207,27 @@ class Agent:
             self.poster(report)
             self._last_report_at = now
             self._report_pending = False
+            self._unaccepted_since = None
+            if self.state.drained_by_agent:
+                log.warning("a controller accepts reports again: it adopts the drain this agent made")
+                self.state = AgentState(False, "")
+                self.state.save(self.config.state_file)
         except Exception as exc:
             # Kept pending: the next sweep sends the then-current verdict.
             self._report_pending = True
             log.warning("report to the controller failed: %s", exc)
+            if self._unaccepted_since is None:
+                self._unaccepted_since = now
+            self._fall_back(verdict, now)
+
+    def _fall_back(self, verdict: Verdict, now: float) -> None:
+        after = self.config.controller.fallback_after_s
+        if after is None or self.slurm is None or self._unaccepted_since is None:
+            return
+        if verdict.state == HealthState.UNHEALTHY and now - self._unaccepted_since >= after:
+            if not self.state.drained_by_agent:
+                log.error("no controller accepted a report for %.0f s: draining in Slurm myself", after)
+            self._slurm(verdict)
 
     def _slurm(self, verdict: Verdict) -> None:
         assert self.slurm is not None
@@ -219,7 +242,7 @@ class Agent:
                     log.info("%s is already drained by someone else (%s); leaving it", node, current.reason)
                     return
                 if not current.drained:
-                    self.slurm.drain(node, verdict.reason)
+                    self.slurm.drain(node, f"{AGENT_REASON_PREFIX} {verdict.reason}")
                     log.warning("drained %s: %s", node, verdict.reason)
                 self.state = AgentState(True, verdict.reason)
                 self.state.save(self.config.state_file)

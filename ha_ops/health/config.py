@@ -32,6 +32,12 @@ class ControllerReporting(ConfigModel):
     )
     timeout_s: float = Field(2.0, gt=0)
     heartbeat_s: float = Field(10.0, gt=0, description="Resend the current report at least this often.")
+    fallback_after_s: float | None = Field(
+        30.0,
+        gt=0,
+        description="When no controller has accepted a report for this long, an unhealthy node is drained in Slurm "
+        "by the agent itself (the controller adopts the drain once it hears from it); null: never.",
+    )
 
 
 class AgentConfig(ConfigModel):

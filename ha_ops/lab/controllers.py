@@ -73,6 +73,7 @@ def render_config(ctx: LabContext, node: str) -> dict:
         "ladder": LAB_LADDER,
         "node_poll_s": 1.0,
         "agent_silence_s": 10.0,  # the lab's agents report every 5 s
+        "blind_after_s": 4.0,  # several agents' heartbeats (every 5 s) arrive within it
         # Lab nodes share one process namespace: fence exactly this node's slurmctld, through its own pid file.
         "slurm_fence": {
             "after_s": 8.0,

@@ -29,6 +29,7 @@ from ha_ops.remediation.lease import Lease, LeaseLost
 from ha_ops.remediation.model import ControllerState, Intent, NodePhase
 from ha_ops.remediation.slurm_fence import FenceWatch, fence_primary
 from ha_ops.remediation.store import StateStore
+from ha_ops.remediation.view import View, ViewStore, last_heard, should_yield
 
 log = logging.getLogger(__name__)
 
@@ -43,13 +44,19 @@ class Controller:
         self.lease = Lease(directory, config.id, config.lease_ttl_s, config.lease_margin_s, clock)
         self.store = StateStore(directory / "state.json", self.lease)
         self.audit = AuditLog(directory / "audit.jsonl")
+        self.views = ViewStore(directory, config.id)
+        self.peer_views: list[View] = []  # as read at the last lease step
+        self.slurm_ok_at = 0.0  # the last successful read of Slurm's node states
+        self.heard: dict[str, float] = {}  # node -> when its agent's report last arrived here (leader or standby)
         self.state: ControllerState | None = None
         self.token: int | None = None
         self._saved = ""  # the state as last written by this controller
         self._lock = threading.RLock()
         self._stop = threading.Event()
         self._work = threading.Event()
-        self._fresh_states: dict[str, str] = {}  # from the node-state poller, consumed by the next tick
+        # From the node-state poller, consumed by the next tick: {node: (state, reason)} and when that poll began
+        self._fresh_states: dict[str, tuple[str, str]] = {}
+        self._polled_at = 0.0
         self.monitoring_fails = 0
         self.fence = FenceWatch(config.slurm_fence.after_s)
         # The last `scontrol ping` the fence watch read, [(host, "UP" | "DOWN")], exported as ha_ops_slurm_controller_up
@@ -66,7 +73,28 @@ class Controller:
         record = self.lease.read()
         return record.holder if record and record.expires_at > self.clock() else ""
 
+    def own_view(self) -> View:
+        with self._lock:
+            return View(id=self.config.id, at=self.clock(), slurm_ok_at=self.slurm_ok_at, agents=dict(self.heard))
+
+    def _compare_views(self) -> View | None:
+        """Publish this controller's view; return a peer that sees strictly more, if any."""
+        own = self.own_view()
+        try:
+            self.views.write(own)
+            self.peer_views = self.views.peers()
+        except OSError as exc:
+            log.error("views: shared storage error: %s", exc)
+            self.peer_views = []
+        return should_yield(own, self.peer_views, own.at, self.config.blind_after_s)
+
     def lease_step(self) -> None:
+        better = self._compare_views()
+        if better is not None:
+            # Blind next to a peer that is not: lead nothing, so that the peer takes the lease.
+            if self.is_leader:
+                self._step_down(better)
+            return
         try:
             leading = self.lease.acquire_or_renew()
         except OSError as exc:
@@ -84,6 +112,32 @@ class Controller:
             elif not leading and self.token is not None:
                 log.warning("%s lost the lease; standing by", self.config.id)
                 self.token, self.state = None, None
+
+    def _step_down(self, better: View) -> None:
+        now = self.clock()
+        window = self.config.blind_after_s
+        why = f"{self.own_view().describe(now, window)}, while {better.describe(now, window)}"
+        with self._lock:
+            token = self.token
+            if token is None:
+                return
+            try:
+                self.lease.check(token)
+                self.audit.append(at=now, who=self._who(token), what="lease_step_down", node=None, why=why,
+                                  before="leader", after=f"released the lease for {better.id}")  # fmt: skip
+                self._save()
+            except (LeaseLost, OSError) as exc:
+                log.warning("stepping down without an audit entry: %s", exc)
+            log.error("%s steps down: %s", self.config.id, why)
+            self.token, self.state = None, None
+            self.lease.release()
+
+    def heard_from(self, node: str) -> None:
+        """An agent's report arrived (accepted, or refused by a standby): the agent reaches this controller."""
+        known = any(node in pool.nodes or node in pool.spares for pool in self.config.pools.values())
+        if known:  # (a report naming a node not configured is refused later; it must not grow the view)
+            with self._lock:
+                self.heard[node] = self.clock()
 
     def _become_leader(self) -> None:
         token = self.lease.token
@@ -178,13 +232,24 @@ class Controller:
         out = (NodePhase.CORDONED, NodePhase.DRAINING)
         with self._lock:
             states, self._fresh_states = self._fresh_states, {}  # each poll's states are acted on once
+            polled_at = self._polled_at
         if states or any(r.phase in out or (r.spare and r.in_main) for r in self.state.nodes.values()):
             for job in self.executor.slurm.jobs():
                 if job.state in ("RUNNING", "CONFIGURING", "COMPLETING"):
                     for node in job.nodes:
                         jobs.setdefault(node, []).append(job.id)
         names = set(jobs) | set(states)
-        return {n: policy.NodeView(state=states.get(n, ""), jobs=tuple(jobs.get(n, ()))) for n in names}
+        heard = [self.own_view(), *self.peer_views]  # an agent heard by either controller is not silent
+        return {
+            n: policy.NodeView(
+                state=states.get(n, ("", ""))[0],
+                reason=states.get(n, ("", ""))[1],
+                jobs=tuple(jobs.get(n, ())),
+                heard_at=last_heard(heard, n),
+                polled_at=polled_at,
+            )
+            for n in names
+        }
 
     def tick(self) -> None:
         if not self.is_leader:
@@ -285,15 +350,17 @@ class Controller:
     def _node_state_loop(self) -> None:
         """Slurm's node states, read apart from the tick: a hung slurmctld must not stall the decisions."""
         while not self._stop.wait(self.config.node_poll_s):
-            if not self.is_leader:
-                continue
+            began = self.clock()
             try:
-                states = self.executor.slurm.node_states()
+                states = self.executor.slurm.node_states_and_reasons()
             except Exception as exc:
                 log.warning("cannot read Slurm's node states: %s", exc)
                 continue
             with self._lock:
-                self._fresh_states = states
+                self.slurm_ok_at = self.clock()  # the standby reads too: its view must be current to take over
+                if not self.is_leader:
+                    continue
+                self._fresh_states, self._polled_at = states, began
             self._work.set()
 
     def _fence_loop(self) -> None:
@@ -407,6 +474,7 @@ class Controller:
                 "leader": self.is_leader,
                 "leader_name": self.leader_name(),
                 "token": self.token,
+                "views": [v.model_dump(mode="json") for v in (self.own_view(), *self.peer_views)],
             }
             if state is not None:
                 data["state"] = state.model_dump(mode="json")

@@ -9,9 +9,11 @@ Per node (see model.NodePhase):
 - a node that fails again on probation, or that flapped `max_flaps` times within the flap window, starts higher:
   a flapping GPU climbs the ladder instead of looping through drain and resume;
 - spares leave the main partition again once the node they stood in for is back and they are idle;
-- a lost node (Slurm marks it DOWN, or not responding while its agent is silent) is taken out like an unhealthy one,
-  starting at the reboot rung; the safety gate still applies, so a Slurm glitch that marks many nodes down trips
-  the breaker.
+- a lost node (Slurm marks it DOWN or not responding, and its agent is silent to every controller: two observers)
+  is taken out like an unhealthy one, starting at the reboot rung; the safety gate still applies, so a Slurm glitch
+  that marks many nodes down trips the breaker;
+- a node an agent drained itself (no controller accepted its report in time) is adopted: taken out of service as if
+  the report had arrived, so that the ladder repairs and returns it.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any
 from ha_ops.remediation.config import ControllerConfig
 from ha_ops.remediation.model import ControllerState, Intent, IntentKind, LastReport, NodePhase, NodeRecord, Rung
 from ha_ops.remediation.safety import gate_cordon
+from ha_ops.schedulers.slurm import AGENT_REASON_PREFIX
 
 DRAIN_RETRY_S = 10.0
 
@@ -48,6 +51,9 @@ class NodeView:
 
     state: str = ""
     jobs: tuple[str, ...] = ()
+    reason: str = ""  # Slurm's reason for a drained or down node
+    heard_at: float = 0.0  # when any controller last heard the node's agent
+    polled_at: float = 0.0  # when the poll that read `state` began
 
 
 def init_state(state: ControllerState, config: ControllerConfig, now: float) -> None:
@@ -264,10 +270,18 @@ def _start_rung(state: ControllerState, rec: NodeRecord, rung: Rung, now: float,
 
 
 def node_lost(slurm_state: str, agent_silent: bool) -> bool:
-    """Slurm's DOWN (`down`, `down*`, ...), or not responding (`idle*`, ...) while the node's agent is silent too: a
-    lost node. Two witnesses for the second case, because a busy slurmd can miss a ping."""
+    """Slurm's DOWN (`down`, `down*`, ...) or not responding (`idle*`, ...), and the node's agent silent too: a lost
+    node. Two observers, because a busy slurmd can miss a ping and a Slurm primary cut off from the network finds
+    every node not responding; an agent that still reports through either controller keeps its node."""
     state = slurm_state.lower()
-    return state.startswith("down") or (state.endswith("*") and agent_silent)
+    return (state.startswith("down") or state.endswith("*")) and agent_silent
+
+
+def agent_drained(view: NodeView, rec: NodeRecord) -> bool:
+    """Drained by its agent (fallback: no controller accepted its report) after this controller last changed the
+    node's phase: a drain to adopt. A poll that began before the node's last change may predate the controller's own
+    resume, so it does not count."""
+    return "drain" in view.state.lower() and view.reason.startswith(AGENT_REASON_PREFIX) and rec.since < view.polled_at
 
 
 def on_tick(
@@ -281,7 +295,8 @@ def on_tick(
         if not slurm_state:
             continue  # no fresh node states this tick
         view = views.get(rec.name, NodeView())
-        silent = rec.last_report is None or now - rec.last_report.at > config.agent_silence_s
+        heard = max(rec.last_report.at if rec.last_report else 0.0, view.heard_at)
+        silent = now - heard > config.agent_silence_s
         lost = node_lost(slurm_state, silent)
         # Act when a node is found lost (or again while its cordon waits for the rate limit), not on every poll: a
         # refused cordon (breaker open) is not retried and logged forever.
@@ -292,6 +307,14 @@ def on_tick(
             taken = take_out_of_service(
                 state, rec, why, "reboot_node", [], config, now, token, lost=True, jobs=view.jobs
             )
+            out.intents += taken.intents
+            out.notes += taken.notes + ([taken.ignored] if taken.ignored else [])
+        elif not lost and not rec.phase.out_of_service and agent_drained(view, rec):
+            report = rec.last_report
+            action = report.action if report is not None and report.state == "unhealthy" else "drain"
+            gpus = report.gpus if report is not None else []
+            why = f"adopted the drain its agent made: {view.reason.removeprefix(AGENT_REASON_PREFIX).strip()}"
+            taken = take_out_of_service(state, rec, why, action, gpus, config, now, token, jobs=view.jobs)
             out.intents += taken.intents
             out.notes += taken.notes + ([taken.ignored] if taken.ignored else [])
     for rec in state.nodes.values():

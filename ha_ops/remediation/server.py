@@ -94,14 +94,17 @@ def make_handler(controller: Controller) -> type[BaseHTTPRequestHandler]:
 
         def do_POST(self) -> None:
             try:
-                if not controller.is_leader:
-                    self._send(503, {"error": "standby", "leader": controller.leader_name()})
-                    return
+                report = None
                 if self.path == "/v1/reports":
                     try:
                         report = AgentReport.model_validate(self._body())
                     except ValidationError as exc:
                         raise BadRequest(f"not a valid agent report: {_errors(exc)}") from None
+                    controller.heard_from(report.node)  # a standby hears agents too: they cannot reach the leader
+                if not controller.is_leader:
+                    self._send(503, {"error": "standby", "leader": controller.leader_name()})
+                    return
+                if report is not None:
                     self._send(200, controller.handle_report(report))
                 elif self.path == "/v1/alerts":
                     try:

@@ -20,6 +20,8 @@ log = logging.getLogger(__name__)
 
 # Reasons ha-ops writes start with this, so that it only ever resumes nodes it drained itself.
 REASON_PREFIX = "ha-ops:"
+# ...and an agent's own drains with this: a remediation controller adopts them (see remediation.policy).
+AGENT_REASON_PREFIX = f"{REASON_PREFIX} agent:"
 # `scontrol show node -o` stamps the reason " [user@time]" and may print optional fields after it.
 _REASON_STAMP = re.compile(r" \[[^\[\]@]+@[^\[\]]*\](?=\s|$)")
 _AFTER_REASON = re.compile(r" (?:Comment|Extra|InstanceId|InstanceType|ReservationName)=")
@@ -114,12 +116,17 @@ class Slurm:
 
     def node_states(self) -> dict[str, str]:
         """Every node's state in one call, lower case as sinfo prints it (idle, down*, drained, ...)."""
-        states: dict[str, str] = {}
-        for line in self._run(["sinfo", "-h", "-N", "-o", "%N|%T"]).stdout.splitlines():
-            name, sep, state = line.strip().partition("|")
-            if sep:
-                states[name] = state  # a node in two partitions is listed twice, with one state
-        return states
+        return {name: state for name, (state, _) in self.node_states_and_reasons().items()}
+
+    def node_states_and_reasons(self) -> dict[str, tuple[str, str]]:
+        """Every node's (state, reason) in one call; the reason is "" for a node without one."""
+        found: dict[str, tuple[str, str]] = {}
+        for line in self._run(["sinfo", "-h", "-N", "-o", "%N|%T|%E"]).stdout.splitlines():
+            name, state, reason = [*line.strip().split("|", 2), "", ""][:3]
+            if state:
+                # a node in two partitions is listed twice, with one state; sinfo prints "none" for no reason
+                found[name] = (state, "" if reason == "none" else reason)
+        return found
 
     def controllers(self, timeout: float = 30.0) -> list[tuple[str, str]]:
         """[(host, "UP" | "DOWN"), ...] in SlurmctldHost order (primary first), from `scontrol ping`. One attempt,

@@ -1,6 +1,7 @@
 """Recovery that survives partitions (issue 18), in the session's lab: a Slurm primary cut off from the network but
 alive is fenced through its BMC (the lab's Redfish service, reached over the management network), and only then is
-the backup told to take control; jobs run again."""
+the backup told to take control; jobs run again. A remediation leader cut off from the network while it holds the
+lease (on storage it still reaches) steps down, and an XID 79 right after the cut is drained all the same."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 
 from ha_ops.chaos.rollbacks import slurm_controllers_back
 from ha_ops.lab.cluster import Lab
+from ha_ops.schedulers.slurm import Slurm
 from ha_ops.util.wait import wait_for
 from tests.labkit import audit_entries, cluster, leader, reset_remediation
 
@@ -64,5 +66,43 @@ def test_a_slurm_primary_cut_off_but_alive_is_fenced_through_its_bmc_and_the_bac
         f"take control after {takeover[-1]['at'] - cut:.1f} s, jobs run again after {seconds:.1f} s"
     )
     gpu_nodes = {n.name for n in lab.ctx.layout.nodes_with_role("gpu")}
-    touched = [e for e in entries if e["node"] in gpu_nodes]
-    print("GPU node entries:", [(e["what"], e["node"], e.get("why")) for e in touched])
+    touched = [(e["what"], e["node"], e["why"]) for e in entries if e["node"] in gpu_nodes]
+    assert touched == [], touched  # no healthy node taken out: the agents kept reporting through ctl2
+
+
+@pytest.fixture
+def cut_leader(lab: Lab) -> Iterator[Lab]:
+    reset_remediation(lab)
+    yield lab
+    lab.node("ctl2").link_up("eth0")
+    lab.node("gpu3").gpus().clear()
+    reset_remediation(lab)
+
+
+def test_a_remediation_leader_cut_off_steps_down_and_an_xid_3_s_after_the_cut_is_drained(cut_leader: Lab) -> None:
+    lab = cut_leader
+    lead_from(lab, "ctl2")
+    slurm = Slurm(lab.transport("gpu1"))
+    cut = time.time()
+    lab.node("ctl2").link_down("eth0")  # its lease is on storage it still reaches: only its view tells it is blind
+    time.sleep(3.0)
+    injected = time.time()
+    lab.node("gpu3").gpus().fall_off_bus(1)
+    wait_for("gpu3 drained", lambda: slurm.node("gpu3").drained, timeout=30, interval=0.1)
+    drained_after = time.time() - injected
+    reason = slurm.node("gpu3").reason
+    wait_for("ctl1 leads", lambda: leader(lab) == "ctl1", timeout=20, interval=0.2)
+    entries = audit_entries(lab)
+    [step_down] = [e for e in entries if e["what"] == "lease_step_down"]
+    assert step_down["who"].startswith("ctl2 ") and "released the lease for ctl1" in step_down["after"], step_down
+    assert "ctl2 " in step_down["why"] and "has heard no agent" in step_down["why"], step_down
+    assert "while ctl1 reaches Slurm and hears agents" in step_down["why"], step_down
+    wait_for("ctl1 takes gpu3 out", lambda: [e for e in audit_entries(lab) if e["node"] == "gpu3" and
+                                               e["what"] == "drain" and e["who"].startswith("ctl1 ")],
+             timeout=20, interval=0.2)  # fmt: skip
+    by = "its agent (fallback)" if reason.startswith("ha-ops: agent:") else "the new leader"
+    print(
+        f"remediation leader cut off: it stepped down after {step_down['at'] - cut:.1f} s; an XID 79 injected 3 s "
+        f"after the cut was drained by {by} {drained_after:.1f} s later"
+    )
+    assert drained_after <= 15.0, drained_after

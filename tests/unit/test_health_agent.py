@@ -120,7 +120,7 @@ def test_unhealthy_drains_exactly_once_naming_gpu_and_fault(gpus: FakeGpus) -> N
     assert len(drains) == 1
     _, node, reason = drains[0]
     assert node == NODE
-    assert reason.startswith("GPU2 ecc_uncorrectable:")
+    assert reason.startswith("ha-ops: agent: GPU2 ecc_uncorrectable:")  # a drain the controller would adopt
     assert "uncorrectable ECC" in reason
     assert agent.state.drained_by_agent
     assert agent.collector.stats.drained_by_agent
@@ -133,8 +133,8 @@ def test_an_xid_event_drains(gpus: FakeGpus) -> None:
     gpus.fall_off_bus(1)
     assert sweep(agent) == HealthState.UNHEALTHY
     [(_, _, reason)] = slurm.actions()
-    assert reason.startswith("GPU1 xid: XID 79")
-    assert slurm.reason.startswith("ha-ops: GPU1 xid: XID 79")
+    assert reason.startswith("ha-ops: agent: GPU1 xid: XID 79")
+    assert slurm.reason.startswith("ha-ops: agent: GPU1 xid: XID 79")
 
 
 def test_a_node_drained_by_the_agent_earlier_is_adopted_not_drained_again(gpus: FakeGpus) -> None:
@@ -425,6 +425,41 @@ def test_a_failed_report_stays_pending_and_is_resent_next_sweep(gpus: FakeGpus) 
     clock.tick(1)
     sweep(agent)
     assert len(poster.reports) == 2  # and then not again
+    assert slurm.calls == []
+
+
+def test_with_no_controller_accepting_for_the_fallback_time_the_agent_drains_itself_once(gpus: FakeGpus) -> None:
+    slurm, poster, clock = StubSlurm(), Recorder(), Clock()
+    cfg = config(gpus, controller={"urls": ["http://c.invalid/r"], "heartbeat_s": 30, "fallback_after_s": 5})
+    agent = Agent(cfg, FakeBackend(gpus.directory), slurm=slurm, poster=poster, clock=clock)  # type: ignore[arg-type]
+    sweep(agent)
+    poster.fail_next = 100  # both controllers unreachable from here on
+    gpus.fall_off_bus(1)
+    for _ in range(4):
+        clock.tick(1)
+        sweep(agent)
+    assert slurm.actions() == []  # 4 s without an accepted report: the controllers may still answer
+    for _ in range(4):
+        clock.tick(1)
+        sweep(agent)
+    [(kind, node, reason)] = slurm.actions()  # drained once, not on every sweep
+    assert (kind, node) == ("drain", NODE) and reason.startswith("ha-ops: agent: GPU1 xid: XID 79")
+    assert agent.state.drained_by_agent
+    poster.fail_next = 0
+    clock.tick(1)
+    sweep(agent)  # a controller accepts again: the drain is its to adopt, never the agent's to resume
+    assert poster.reports[-1].state == HealthState.UNHEALTHY and not agent.state.drained_by_agent
+    assert [a[0] for a in slurm.actions()] == ["drain"]
+
+
+def test_a_healthy_node_is_never_drained_by_the_fallback(gpus: FakeGpus) -> None:
+    slurm, poster, clock = StubSlurm(), Recorder(), Clock()
+    cfg = config(gpus, controller={"urls": ["http://c.invalid/r"], "heartbeat_s": 1, "fallback_after_s": 1})
+    agent = Agent(cfg, FakeBackend(gpus.directory), slurm=slurm, poster=poster, clock=clock)  # type: ignore[arg-type]
+    poster.fail_next = 100
+    for _ in range(5):
+        clock.tick(2)
+        sweep(agent)
     assert slurm.calls == []
 
 

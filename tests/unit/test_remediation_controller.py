@@ -458,7 +458,7 @@ def test_metrics_name_a_node_held_for_replacement(rig: Rig) -> None:
 def test_a_lost_nodes_jobs_are_released_only_after_its_fence_succeeded(rig: Rig, fence_fails: bool) -> None:
     rig.executor.slurm.running = {"n1": ["41"]}
     rig.executor.fail["reboot_node"] = 1 if fence_fails else 0
-    rig.c._fresh_states = {"n1": "down*"}  # what the node-state poller hands the next tick
+    rig.c._fresh_states = {"n1": ("down*", "")}  # what the node-state poller hands the next tick
     rig.step()
     order = [k for k, n in rig.executor.calls if n == "n1"]
     assert order[:3] == ["drain", "reboot_node", "requeue_jobs"]
@@ -515,3 +515,71 @@ def test_a_cut_off_primary_is_powered_off_through_its_bmc_then_the_backup_is_tol
     rig.step(seconds=1.0, ticks=5)
     rig.c._fence_step(cut)
     assert len(ops.here) == 2  # once per outage
+
+
+# --- a blind leader steps down ----------------------------------------------------------------------------------
+def see(rig: Rig, slurm: bool = True, agents: tuple[str, ...] = ()) -> None:
+    """What this controller observed just now: a successful read of Slurm, and agents' reports arriving."""
+    if slurm:
+        rig.c.slurm_ok_at = rig.clock.now
+    for node in agents:
+        rig.c.heard_from(node)
+
+
+def test_a_leader_cut_off_steps_down_for_a_standby_that_reaches_slurm_and_hears_agents(tmp_path: Path) -> None:
+    clock = Clock()
+    a, b = Rig(tmp_path, "ctl1", clock), Rig(tmp_path, "ctl2", clock)
+    see(a, agents=("n1",))
+    a.c.lease_step()
+    b.c.lease_step()
+    assert a.c.is_leader and not b.c.is_leader
+    stepped = None
+    for second in range(1, 12):  # ctl1 is cut off: it reads nothing, and the agents fail over to ctl2 (503)
+        clock.now += 1
+        see(b, agents=("n1", "n2"))
+        b.c.lease_step()
+        a.c.lease_step()
+        if stepped is None and not a.c.is_leader:
+            stepped = second
+    assert stepped is not None and a.config.blind_after_s < stepped <= a.config.blind_after_s + 1, stepped
+    assert b.c.is_leader and not a.c.is_leader  # and the blind one does not take the lease back
+    [entry] = [e for e in a.audit() if e["what"] == "lease_step_down"]
+    assert entry["who"] == "ctl1 (token 1)" and entry["after"] == "released the lease for ctl2"
+    assert "ctl1 has not read Slurm for 7.0 s" in entry["why"] and "ctl2 reaches Slurm and hears agents" in entry["why"]
+
+
+def test_a_leader_that_sees_as_little_as_its_standby_keeps_the_lease(tmp_path: Path) -> None:
+    # Slurm down for everyone and the agents quiet: a handover would help nobody.
+    clock = Clock()
+    a, b = Rig(tmp_path, "ctl1", clock), Rig(tmp_path, "ctl2", clock)
+    a.c.lease_step()
+    for _ in range(12):
+        clock.now += 1
+        b.c.lease_step()
+        a.c.lease_step()
+    assert a.c.is_leader and not b.c.is_leader
+    assert not [e for e in a.audit() if e["what"] == "lease_step_down"]
+
+
+def test_a_leader_that_hears_agents_keeps_the_lease_over_a_standby_that_only_reaches_slurm(tmp_path: Path) -> None:
+    clock = Clock()
+    a, b = Rig(tmp_path, "ctl1", clock), Rig(tmp_path, "ctl2", clock)
+    for _ in range(12):
+        clock.now += 1
+        see(a, agents=("n1",))
+        see(b)
+        a.c.lease_step()
+        b.c.lease_step()
+    assert a.c.is_leader and not b.c.is_leader
+
+
+def test_a_lost_node_needs_silence_on_both_controllers(rig: Rig, tmp_path: Path) -> None:
+    other = Rig(tmp_path, "ctl2", rig.clock)
+    rig.clock.now += rig.config.agent_silence_s + 1
+    see(other, agents=("n1",))  # n1's agent reaches the standby only (it cannot reach this leader)
+    other.c.lease_step()
+    rig.c.lease_step()
+    rig.c._fresh_states = {"n1": ("down*", "")}
+    rig.c.tick()
+    assert [k for k, n in rig.executor.calls if n == "n1"] == []
+    assert rig.state().nodes["n1"].phase == "healthy"

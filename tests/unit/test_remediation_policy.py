@@ -646,3 +646,51 @@ def test_not_responding_is_lost_only_once_the_agent_is_silent_too() -> None:
     sim.advance(sim.config.agent_silence_s + 1)
     out = sim.tick({"n1": NodeView(state="idle*")})
     assert ("drain", "n1") in kinds(out) and "agent is silent" in sim.node().reason
+
+
+@pytest.mark.parametrize("slurm_state", ["down", "down*", "idle*"])
+def test_a_node_whose_agent_still_reports_through_the_other_controller_is_not_lost(slurm_state: str) -> None:
+    # A Slurm primary cut off from the network finds every node not responding: Slurm alone never decides a loss.
+    sim = Sim()
+    sim.report(report(state="healthy"))
+    sim.advance(sim.config.agent_silence_s + 1)  # this controller has not heard n1 for a while...
+    heard = NodeView(state=slurm_state, heard_at=sim.now - 1)  # ...but the standby has, a second ago
+    assert sim.tick({"n1": heard}).intents == []
+    assert sim.node().phase == NodePhase.HEALTHY and not sim.node().lost
+    out = sim.tick({"n1": NodeView(state=slurm_state, heard_at=sim.now - sim.config.agent_silence_s - 1)})
+    assert ("drain", "n1") in kinds(out)  # silent to both now: lost
+
+
+def test_a_drain_its_agent_made_is_adopted_into_the_ladder() -> None:
+    sim = Sim()
+    sim.advance(5)
+    drained = NodeView(state="drained", reason="ha-ops: agent: GPU1 xid: XID 79", polled_at=sim.now, heard_at=sim.now)
+    out = sim.tick({"n1": drained})
+    assert kinds(out) == [("drain", "n1"), ("spare_in", "s1"), ("requeue_jobs", "n1")]
+    assert sim.node().phase == NodePhase.CORDONED and "adopted the drain its agent made: GPU1 xid" in sim.node().reason
+    sim.finish()
+    assert kinds(sim.tick()) == [("reset_gpu", "n1"), ("validate", "n1")]  # repaired and returned as usual
+
+
+@pytest.mark.parametrize(
+    "reason",
+    ["ha-ops: GPU1 xid: XID 79", "operator maintenance", ""],  # the controller's own drain; a person's
+)
+def test_other_drains_are_not_adopted(reason: str) -> None:
+    sim = Sim()
+    assert (
+        sim.tick({"n1": NodeView(state="drained", reason=reason, polled_at=sim.now + 1, heard_at=sim.now)}).intents
+        == []
+    )
+    assert sim.node().phase == NodePhase.HEALTHY
+
+
+def test_a_poll_older_than_the_nodes_last_change_adopts_nothing() -> None:
+    # The controller resumed n1 after the poll began: the poll's "drained" predates that resume.
+    sim = Sim()
+    sim.through_return()
+    stale = NodeView(
+        state="drained", reason="ha-ops: agent: GPU1 xid", polled_at=sim.node().since - 0.1, heard_at=sim.now
+    )
+    assert sim.tick({"n1": stale}).intents == []
+    assert sim.node().phase == NodePhase.RETURNED
