@@ -59,6 +59,7 @@ class NodeRecord(BaseModel):
     since: float = 0.0
     reason: str = ""
     rung: Rung | None = None
+    gpus: list[int] = Field(default_factory=list)  # the GPUs at fault when it was taken out (the reset's targets)
     rung_started: float = 0.0
     episode: int = 0  # increases each time the node is taken out of service
     returns: list[float] = Field(default_factory=list)  # when it was returned to service (flap detection)

@@ -18,6 +18,7 @@ Per node (see model.NodePhase):
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +28,7 @@ from ha_ops.remediation.safety import gate_cordon
 from ha_ops.schedulers.slurm import AGENT_REASON_PREFIX
 
 DRAIN_RETRY_S = 10.0
+_REASON_GPU = re.compile(r"^GPU(\d+) ")  # an agent's verdict reason starts with the GPU it is about
 
 _RUNG_FOR_ACTION = {
     "drain": Rung.RESET_GPU,
@@ -209,7 +211,7 @@ def take_out_of_service(
     rec.episode += 1
     rec.rung, rec.rung_started = rung, 0.0
     _set_phase(rec, NodePhase.CORDONED, now, reason)
-    rec.last_report = rec.last_report.model_copy(update={"gpus": gpus}) if rec.last_report else None
+    rec.gpus = list(gpus)
     state.breaker.cordons.append((now, rec.name))
     out = Outcome()
     out.intents.append(_intent(state, rec, "drain", reason, now, token, **({"lost": True} if lost else {})))
@@ -261,7 +263,7 @@ def _start_rung(state: ControllerState, rec: NodeRecord, rung: Rung, now: float,
         out.notes.append(f"{rec.name} needs replacement; it stays out of service until reported repaired")
         return
     _set_phase(rec, NodePhase.AWAITING_REPAIR, now)
-    gpus = rec.last_report.gpus if rec.last_report else []
+    gpus = rec.gpus or (rec.last_report.gpus if rec.last_report else [])  # (a state written before `gpus`)
     if rung == Rung.RESET_GPU:
         out.intents.append(_intent(state, rec, "reset_gpu", rec.reason, now, token, gpus=gpus or [0], rung=rung.value))
     elif not _episode_has(state, rec, "reboot_node", rung=rung.value):  # a lost node was power-cycled as its fence
@@ -311,9 +313,12 @@ def on_tick(
             out.notes += taken.notes + ([taken.ignored] if taken.ignored else [])
         elif not lost and not rec.phase.out_of_service and agent_drained(view, rec):
             report = rec.last_report
-            action = report.action if report is not None and report.state == "unhealthy" else "drain"
-            gpus = report.gpus if report is not None else []
-            why = f"adopted the drain its agent made: {view.reason.removeprefix(AGENT_REASON_PREFIX).strip()}"
+            unhealthy = report is not None and report.state == "unhealthy"
+            action = report.action if report is not None and unhealthy else "drain"
+            said = view.reason.removeprefix(AGENT_REASON_PREFIX).strip()
+            # Without the report, the agent's reason names the GPU ("GPU3 xid: ..."): reset that one, not GPU 0.
+            gpus = report.gpus if report is not None and unhealthy else [int(g) for g in _REASON_GPU.findall(said)[:1]]
+            why = f"adopted the drain its agent made: {said}"
             taken = take_out_of_service(state, rec, why, action, gpus, config, now, token, jobs=view.jobs)
             out.intents += taken.intents
             out.notes += taken.notes + ([taken.ignored] if taken.ignored else [])

@@ -106,3 +106,39 @@ def test_a_remediation_leader_cut_off_steps_down_and_an_xid_3_s_after_the_cut_is
         f"after the cut was drained by {by} {drained_after:.1f} s later"
     )
     assert drained_after <= 15.0, drained_after
+
+
+@pytest.fixture
+def no_controller(lab: Lab) -> Iterator[Lab]:
+    reset_remediation(lab)
+    yield lab
+    lab.node("gpu2").gpus().clear()
+    if not lab.node("gpu2").is_running("agent"):
+        lab.node("gpu2").start("agent")  # the test failed before it started it again
+    reset_remediation(lab)
+
+
+def test_an_agent_no_controller_answers_drains_itself_and_the_controller_adopts_the_drain(no_controller: Lab) -> None:
+    lab = no_controller
+    slurm = Slurm(lab.transport("gpu1"))
+    for node in ("ctl1", "ctl2"):
+        lab.node(node).stop("controller", grace=1.0)
+    injected = time.time()
+    lab.node("gpu2").gpus().fall_off_bus(3)  # transient: a GPU reset brings it back
+    drained = wait_for("gpu2 drained by its agent", lambda: (n := slurm.node("gpu2")).drained and n, timeout=30)
+    after = time.time() - injected
+    assert drained.reason.startswith("ha-ops: agent: GPU3 xid: XID 79"), drained.reason
+    # The agent stays silent from now on: the controller has only Slurm's drain to go by.
+    lab.node("gpu2").stop("agent", grace=1.0)
+    for node in ("ctl1", "ctl2"):
+        lab.node(node).start("controller")
+    adopted = wait_for("the drain adopted", lambda: [e for e in audit_entries(lab) if e["node"] == "gpu2" and
+                                                     e["what"] == "drain"], timeout=30, interval=0.2)  # fmt: skip
+    assert adopted[0]["why"].startswith("adopted the drain its agent made: GPU3 xid: XID 79"), adopted
+    assert "already drained" in adopted[0]["after"], adopted  # adopted, not drained again
+    lab.node("gpu2").start("agent")  # (left stopped, its scrape failing would raise an alert of its own)
+    wait_for("gpu2 repaired and back in service", lambda: not slurm.node("gpu2").drained, timeout=60, interval=0.5)
+    steps = [e["what"] for e in audit_entries(lab) if e["node"] == "gpu2"]
+    assert steps == ["drain", "requeue_jobs", "reset_gpu", "validate", "resume"], audit_entries(lab)
+    print(f"no controller answering: the agent drained its node {after:.1f} s after an XID 79; the controller "
+          f"adopted the drain and returned the node through {' -> '.join(steps)}")  # fmt: skip

@@ -669,7 +669,9 @@ def test_a_drain_its_agent_made_is_adopted_into_the_ladder() -> None:
     assert kinds(out) == [("drain", "n1"), ("spare_in", "s1"), ("requeue_jobs", "n1")]
     assert sim.node().phase == NodePhase.CORDONED and "adopted the drain its agent made: GPU1 xid" in sim.node().reason
     sim.finish()
-    assert kinds(sim.tick()) == [("reset_gpu", "n1"), ("validate", "n1")]  # repaired and returned as usual
+    ladder = sim.tick()
+    assert kinds(ladder) == [("reset_gpu", "n1"), ("validate", "n1")]  # repaired and returned as usual
+    assert ladder.intents[0].args["gpus"] == [1]  # the GPU the agent's reason names
 
 
 @pytest.mark.parametrize(
