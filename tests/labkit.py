@@ -145,6 +145,15 @@ def audit_entries(lab: Lab) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
 
 
+def bmc_resets(lab: Lab) -> list[tuple[str, str]]:
+    """[(reset type, host)] as the lab's BMC logged them, oldest first."""
+    import re
+
+    path = lab.ctx.paths.host_logs / "bmc.log"
+    text = path.read_text(errors="replace") if path.exists() else ""
+    return re.findall(r"bmc: ComputerSystem\.Reset (\w+) (\S+)", text)
+
+
 def reset_remediation(lab: Lab) -> None:
     """Tests start from a clean cluster: healthy GPUs, no jobs, spares out, every node in service, and controllers
     with no history (a fresh state, lease and audit log)."""

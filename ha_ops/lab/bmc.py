@@ -189,6 +189,7 @@ def make_handler(machines: Machines, user: str, password: str) -> type[BaseHTTPR
             if reset_type not in RESET_TYPES:
                 self._error(HTTPStatus.BAD_REQUEST, f"ResetType {reset_type!r} is not one of {', '.join(RESET_TYPES)}")
                 return
+            log.warning("bmc: ComputerSystem.Reset %s %s", reset_type, name)  # the BMC's own record of each reset
             try:
                 machines.reset(name, reset_type)
             except Exception as exc:  # a node that does not come back: the BMC did its part

@@ -14,7 +14,7 @@ from ha_ops.chaos.rollbacks import slurm_controllers_back
 from ha_ops.lab.cluster import Lab
 from ha_ops.schedulers.slurm import Slurm
 from ha_ops.util.wait import wait_for
-from tests.labkit import audit_entries, cluster, leader, reset_remediation
+from tests.labkit import audit_entries, bmc_resets, cluster, leader, reset_remediation
 
 pytestmark = pytest.mark.lab
 
@@ -142,3 +142,58 @@ def test_an_agent_no_controller_answers_drains_itself_and_the_controller_adopts_
     assert steps == ["drain", "requeue_jobs", "reset_gpu", "validate", "resume"], audit_entries(lab)
     print(f"no controller answering: the agent drained its node {after:.1f} s after an XID 79; the controller "
           f"adopted the drain and returned the node through {' -> '.join(steps)}")  # fmt: skip
+
+
+# Each single isolation, with the remediation leader on ctl1 (the Slurm primary's host): what is cut off, and the one
+# node the controller may take out for it (None: no node at all). The standby and the leaf are on rack2.
+ISOLATIONS = {
+    "the standby": (["ctl2:eth0"], None),
+    "the monitoring node": (["mon1:eth0"], None),
+    "one GPU node": (["gpu3:eth0"], "gpu3"),  # alive but unreachable: lost to Slurm and to both controllers
+    # Its hosts (ctl2, gpu2, gpu4) are cut off from the rest, yet gpu2's agent still reports through ctl2.
+    "a leaf switch": (["leaf2:to-spine1", "leaf2:to-spine2"], None),
+}
+
+
+@pytest.fixture
+def isolation(lab: Lab) -> Iterator[Lab]:
+    reset_remediation(lab)
+    yield lab
+    for node in ("ctl2", "mon1", "gpu3"):
+        lab.node(node).link_up("eth0")
+    for uplink in ("to-spine1", "to-spine2"):
+        lab.node("leaf2").link_up(uplink)
+    if not lab.node("gpu3").power_is_on():
+        lab.node("gpu3").power_cycle()
+    reset_remediation(lab)
+
+
+@pytest.mark.parametrize("case", list(ISOLATIONS))
+def test_a_single_isolation_gives_the_expected_single_action_or_none(isolation: Lab, case: str) -> None:
+    lab = isolation
+    cuts, expected = ISOLATIONS[case]
+    lead_from(lab, "ctl1")
+    resets_before = len(bmc_resets(lab))
+    for cut in cuts:
+        node, interface = cut.split(":")
+        lab.node(node).link_down(interface)
+    # Long enough for a node to be found lost: Slurm's SlurmdTimeout (5 s) plus the agents' silence (10 s).
+    time.sleep(20.0)
+    if expected:  # then fenced: power-cycled through its BMC, since ssh cannot reach it
+        wait_for(f"{expected} fenced", lambda: [e for e in audit_entries(lab) if e["what"] == "reboot_node"],
+                 timeout=40, interval=0.5)  # fmt: skip
+        assert [host for _, host in bmc_resets(lab)[resets_before:]] == [expected], bmc_resets(lab)
+    entries = audit_entries(lab)
+    resets = bmc_resets(lab)[resets_before:]
+    gpu_nodes = {n.name for n in lab.ctx.layout.nodes_with_role("gpu")}
+    spares = {n.name for n in lab.ctx.layout.nodes_with_role("gpu") if n.spare}
+    taken_out = {e["node"] for e in entries if e["what"] == "drain"}
+    cycled = {e["node"] for e in entries if e["what"] == "reboot_node"} | {host for _, host in resets}
+    assert taken_out == ({expected} if expected else set()), entries
+    assert cycled <= ({expected} if expected else set()), (entries, resets)  # zero power cycles of healthy nodes
+    others = {e["node"] for e in entries if e["node"] in gpu_nodes} - taken_out - spares
+    assert not others, entries
+    assert not [e for e in entries if e["what"] in ("fence_slurmctld", "slurm_takeover", "lease_step_down")], entries
+    assert leader(lab) == "ctl1"
+    print(f"{case} cut off for 20 s: nodes taken out {sorted(taken_out) or 'none'}, power cycles through the BMC "
+          f"{[f'{kind} {host}' for kind, host in resets] or 'none'}")  # fmt: skip
