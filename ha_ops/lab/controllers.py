@@ -76,7 +76,7 @@ def render_config(ctx: LabContext, node: str) -> dict:
         "blind_after_s": 4.0,  # several agents' heartbeats (every 5 s) arrive within it
         # Lab nodes share one process namespace: fence exactly this node's slurmctld, through its own pid file.
         "slurm_fence": {
-            "after_s": 8.0,
+            "after_s": 5.0,
             "command": _LAB_FENCE.format(pidfile=NODE_DIR / "slurmctld.pid"),
             # A primary ssh cannot reach (cut off from the network) goes off through its BMC (ha_ops.lab.bmc).
             "power_off_command": f"{python} -m ha_ops power off {{node}} --inventory {ssh_inventory_path(ctx)}",

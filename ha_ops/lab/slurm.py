@@ -49,6 +49,7 @@ def render_slurm_conf(ctx: LabContext) -> str:
         # Slurm's defaults are 120 s and 300 s; a GPU cluster wants failures noticed in seconds.
         f"SlurmctldTimeout={slurm.slurmctld_timeout_s}",
         f"SlurmdTimeout={slurm.slurmd_timeout_s}",
+        f"MessageTimeout={slurm.message_timeout_s}",
         "ProctrackType=proctrack/linuxproc",
         "TaskPlugin=task/none",
         "JobAcctGatherType=jobacct_gather/none",

@@ -70,6 +70,9 @@ class SlurmFence(ConfigModel):
         20.0, gt=0, description="The primary DOWN and the backup UP for this long (> SlurmctldTimeout) before fencing."
     )
     command: str = Field("pkill -KILL -x slurmctld", description="Run on the hung primary's host over ssh.")
+    ssh_connect_timeout_s: float = Field(
+        2.0, gt=0, description="How long ssh may take to reach the primary's host before its BMC fences it instead."
+    )
     power_off_command: str | None = Field(
         None,
         description="Run on the controller's host when the primary's host does not answer ssh (cut off, or hung): "

@@ -30,6 +30,7 @@ from ha_ops.remediation.model import ControllerState, Intent, NodePhase
 from ha_ops.remediation.slurm_fence import FenceWatch, fence_primary
 from ha_ops.remediation.store import StateStore
 from ha_ops.remediation.view import View, ViewStore, last_heard, should_yield
+from ha_ops.util.proc import CommandResult
 
 log = logging.getLogger(__name__)
 
@@ -368,17 +369,18 @@ class Controller:
         while not self._stop.wait(self.config.node_poll_s):
             if not self.is_leader:
                 continue
+            asked_at = self.clock()
             try:
-                self._fence_step(self.executor.slurm.controllers())
+                self._fence_step(self.executor.slurm.controllers(), asked_at)
             except LeaseLost:
                 continue
             except Exception as exc:
                 log.warning("cannot check the Slurm controllers: %s", exc)
                 self.slurm_controllers = []  # unknown now: no stale UP may hide an outage
 
-    def _fence_step(self, controllers: list[tuple[str, str]]) -> None:
+    def _fence_step(self, controllers: list[tuple[str, str]], asked_at: float | None = None) -> None:
         self.slurm_controllers = list(controllers)
-        host = self.fence.observe(controllers, self.clock())
+        host = self.fence.observe(controllers, self.clock(), asked_at)
         token = self.token
         if host is None or token is None:
             return
@@ -387,7 +389,11 @@ class Controller:
         why = f"slurmctld on {host} has not answered for {fence.after_s:g} s while a backup is UP"
         log.error("fencing the hung Slurm primary: %s", why)
         ops = self.executor.node_ops
-        outcome = fence_primary(host, fence.command, fence.power_off_command, ops.run_command, ops.run_here)
+
+        def run_on(node: str, command: str) -> CommandResult:  # cut off, it costs this long before its BMC
+            return ops.run_command(node, command, connect_timeout_s=fence.ssh_connect_timeout_s)
+
+        outcome = fence_primary(host, fence.command, fence.power_off_command, run_on, ops.run_here)
         self._audit_fence(token, "fence_slurmctld", host, why, "DOWN (hung or cut off)", outcome.said)
         backup = next((h for h, state in controllers[1:] if state == "UP"), None)
         if outcome.how == "bmc" and fence.takeover_command and backup is not None:

@@ -21,14 +21,14 @@ class SshNodeOps:
     def __init__(self, access: NodeAccess) -> None:
         self.access = access
 
-    def _run(self, node: str, command: str) -> CommandResult:
+    def _run(self, node: str, command: str, connect_timeout_s: float | None = None) -> CommandResult:
         transport = SSHTransport(
             node,
             node,
             user=self.access.ssh_user,
             key_file=self.access.ssh_key,
             known_hosts=self.access.known_hosts,
-            connect_timeout=self.access.connect_timeout_s,
+            connect_timeout=connect_timeout_s or self.access.connect_timeout_s,
         )
         try:
             return transport.run(["sh", "-c", command], timeout=self.access.command_timeout_s, check=False)
@@ -49,8 +49,8 @@ class SshNodeOps:
             log.warning("%s does not answer ssh (%s); power-cycling it", node, exc)
             return self.run_here(self.access.power_cycle_command.format(node=node))
 
-    def run_command(self, node: str, command: str) -> CommandResult:
-        return self._run(node, command)
+    def run_command(self, node: str, command: str, connect_timeout_s: float | None = None) -> CommandResult:
+        return self._run(node, command, connect_timeout_s)
 
     def run_here(self, command: str) -> CommandResult:
         return run(["sh", "-c", command], check=False, timeout=self.access.command_timeout_s)

@@ -26,8 +26,10 @@ class FenceWatch:
     down_since: float | None = None
     fenced: set[str] = field(default_factory=set)
 
-    def observe(self, controllers: list[tuple[str, str]], now: float) -> str | None:
-        """The host to fence now, if any. `controllers`: [(host, "UP" | "DOWN")], the primary first."""
+    def observe(self, controllers: list[tuple[str, str]], now: float, asked_at: float | None = None) -> str | None:
+        """The host to fence now, if any. `controllers`: [(host, "UP" | "DOWN")], the primary first, as answered
+        by a ping sent at `asked_at` (default `now`): a DOWN means no answer since the ping was sent, which for a
+        primary cut off is a whole MessageTimeout before the answer comes back."""
         if len(controllers) < 2:
             return None
         primary, state = controllers[0]
@@ -37,7 +39,7 @@ class FenceWatch:
                 self.fenced.discard(primary)
             return None
         if self.down_since is None:
-            self.down_since = now
+            self.down_since = now if asked_at is None else asked_at
         if now - self.down_since < self.after_s or primary in self.fenced:
             return None
         self.fenced.add(primary)

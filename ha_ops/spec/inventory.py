@@ -63,6 +63,7 @@ def _cluster_vars(spec: ClusterSpec, layout: Layout) -> dict[str, Any]:
             "slurm_controller_partition": slurm.partition,
             "slurm_controller_slurmctld_timeout": slurm.slurmctld_timeout_s,
             "slurm_controller_slurmd_timeout": slurm.slurmd_timeout_s,
+            "slurm_controller_message_timeout": slurm.message_timeout_s,
         }
     if spec.storage is not None and spec.storage.kind == "moosefs":
         cluster["moosefs_goal"] = spec.storage.replicas

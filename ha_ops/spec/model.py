@@ -135,6 +135,9 @@ class SlurmScheduler(StrictModel):
     slurmctld_timeout_s: int = Field(default=5, ge=4, le=3600)
     # Slurm's default is 300 s.
     slurmd_timeout_s: int = Field(default=5, ge=2, le=3600)
+    # How long a client (and `scontrol ping`) waits on a controller that does not answer before it tries the next:
+    # part of every failover's time. Slurm's default is 10 s.
+    message_timeout_s: int = Field(default=10, ge=2, le=100)
 
 
 class Schedulers(StrictModel):

@@ -486,7 +486,7 @@ class CutOffPrimary:
     def __init__(self) -> None:
         self.here: list[str] = []
 
-    def run_command(self, node: str, command: str) -> CommandResult:
+    def run_command(self, node: str, command: str, connect_timeout_s: float | None = None) -> CommandResult:
         raise TransportError(f"cannot reach {node}:22")
 
     def run_here(self, command: str) -> CommandResult:

@@ -89,3 +89,10 @@ def test_a_primary_ssh_cannot_reach_is_powered_off_through_its_bmc_and_fenced_on
         False, "", "ctl1 does not answer ssh (cannot reach ctl1:22); no power_off_command: left unfenced"
     )
     assert len(unarmed.ran) == 1
+
+
+def test_the_outage_counts_from_when_the_unanswered_ping_was_sent() -> None:
+    # A primary cut off answers nothing: the ping returns DOWN only after MessageTimeout (here 5 s).
+    watch = FenceWatch(after_s=8)
+    assert watch.observe(HUNG, 105, asked_at=100) is None
+    assert watch.observe(HUNG, 108.5, asked_at=103.5) == "ctl1"  # 8.5 s after the first ping went unanswered
