@@ -178,6 +178,40 @@ def link_down(node: str, interface: str = "eth0", configuration: Configuration =
     return f"{node} {interface} down"
 
 
+def isolate_node(node: str, configuration: Configuration = None) -> str:
+    """Cut a host off from the network while it stays alive (its uplink down: a cable, a NIC, a switch port). Its
+    undo mends the network and powers the host on again, should a fence have powered it off through its BMC (a
+    Slurm controller's undo also waits until every slurmctld answers)."""
+    cluster = _cluster(configuration)
+    _target(cluster, node, "eth0")
+    controllers = {n.name for n in cluster.layout.nodes_with_role("controller")}
+    faults.inject(cluster, f"isolated:{node}", [LinkOp(host=node, interface="eth0", up=False)],
+                  [LinkOp(host=node, interface="eth0", up=True), PowerOp(host=node, action="on")],
+                  after="slurm_controllers_back" if node in controllers else None)  # fmt: skip
+    return f"{node} cut off from the network"
+
+
+def remediation_leader_on(node: str, timeout_s: float = 30.0, configuration: Configuration = None) -> str:
+    """Not a fault, the scene for one: make `node`'s remediation controller the leader, by a planned handover (the
+    leader restarts, releasing its lease, and stands by)."""
+    from ha_ops.chaos.probes import remediation_leader
+    from ha_ops.util.wait import wait_for
+
+    cluster = _cluster(configuration)
+    _target(cluster, node, service="controller")
+    first = leader = wait_for("a leader", lambda: (found := remediation_leader(configuration)) != "none" and found,
+                              timeout=timeout_s, interval=0.2)  # fmt: skip
+    for handover in range(4):  # the restarted one may win the lease back: then again
+        if leader == node:
+            return f"{node} leads" + (f" (handed over from {first})" if first != node else " already")
+        if handover == 3:
+            break
+        cluster.node(leader).apply(ServiceOp(host=leader, unit="controller", action="restart"))
+        leader = wait_for("a leader", lambda: (found := remediation_leader(configuration)) != "none" and found,
+                          timeout=timeout_s, interval=0.2)  # fmt: skip
+    raise FaultRefused(f"{node} did not take the lead from {leader} in 3 handovers")
+
+
 def link_up(node: str, interface: str = "eth0", configuration: Configuration = None) -> str:
     """Bring a link up again."""
     cluster = _cluster(configuration)

@@ -1,6 +1,7 @@
 """The remediation controller: leader election, the decision loop, the executor, the API and metrics.
 
-Threads: the lease thread renews (or tries to take) the lease every `lease_renew_s`; HTTP threads turn reports
+Threads: the lease thread publishes this controller's view (view.py) and renews (or tries to take) the lease every
+`lease_renew_s`, unless a peer hears the agents this one no longer hears (then it steps down); HTTP threads turn reports
 into decisions under the state lock and persist them before answering; the main loop ticks the policy and runs
 pending intents one by one, each behind the fencing check. State lives on shared storage, so the next leader
 continues where the last one stopped.
@@ -79,7 +80,7 @@ class Controller:
             return View(id=self.config.id, at=self.clock(), slurm_ok_at=self.slurm_ok_at, agents=dict(self.heard))
 
     def _compare_views(self) -> View | None:
-        """Publish this controller's view; return a peer that sees strictly more, if any."""
+        """Publish this controller's view; return a peer that hears agents while this one hears none, if any."""
         own = self.own_view()
         try:
             self.views.write(own)

@@ -22,7 +22,7 @@ PLAN = REPO / "chaos" / "gamedays" / "gpu.yaml"
 def gameday(lab: Lab, plan: Path, reports: Path) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "ha_ops", "gameday", "run", str(plan), "--lab", lab.spec.name,
            "--report-dir", str(reports), "--json"]  # fmt: skip
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=600)
 
 
 def test_gameday_measures_detection_and_recovery_and_writes_reports(lab: Lab, tmp_path: Path) -> None:
@@ -59,3 +59,13 @@ def test_gameday_goes_red_naming_the_fault_when_recovery_is_broken(lab: Lab, tmp
     assert report["passed"] is False and fault["verdict"] == "failed"
     assert fault["name"] == "GPU XID 79 on gpu3" and "not recovered" in fault["why"]
     assert 'failures="1"' in (tmp_path / "reports" / "gameday.junit.xml").read_text()
+
+
+def test_the_partitions_game_day_passes(lab: Lab, tmp_path: Path) -> None:
+    result = gameday(lab, REPO / "chaos" / "gamedays" / "partitions.yaml", tmp_path)
+    report = json.loads((tmp_path / "gameday.json").read_text()) if (tmp_path / "gameday.json").exists() else {}
+    for fault in report.get("faults", []):
+        print(f"{fault['name']}: {fault['verdict']}, detected after {fault['time_to_detect_s']:.1f} s, recovered "
+              f"after {fault['time_to_recover_s']:.1f} s, jobs {fault.get('jobs')}")  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert report["passed"] is True and len(report["faults"]) == 3

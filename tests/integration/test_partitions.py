@@ -1,7 +1,8 @@
 """Recovery that survives partitions (issue 18), in the session's lab: a Slurm primary cut off from the network but
 alive is fenced through its BMC (the lab's Redfish service, reached over the management network), and only then is
 the backup told to take control; jobs run again. A remediation leader cut off from the network while it holds the
-lease (on storage it still reaches) steps down, and an XID 79 right after the cut is drained all the same."""
+lease (on storage it still reaches) steps down, and an XID 79 right after the cut is drained all the same. Two faults
+at once, and these isolations measured with a workload, are the partitions game day (test_gameday.py)."""
 
 from __future__ import annotations
 
@@ -232,32 +233,3 @@ def test_a_single_isolation_gives_the_expected_single_action_or_none(isolation: 
     assert leader(lab) == "ctl1"
     print(f"{case} cut off for 20 s: nodes taken out {sorted(taken_out) or 'none'}, power cycles through the BMC "
           f"{[f'{kind} {host}' for kind, host in resets] or 'none'}")  # fmt: skip
-
-
-@pytest.fixture
-def two_faults(lab: Lab) -> Iterator[Lab]:
-    reset_remediation(lab)
-    yield lab
-    lab.node("ctl1").start("slurmctld")
-    slurm_controllers_back(cluster(lab), timeout=60)
-    lab.node("gpu3").gpus().clear()
-    reset_remediation(lab)
-
-
-def test_two_faults_at_once_the_slurm_primary_killed_and_an_xid_79_are_both_recovered(two_faults: Lab) -> None:
-    lab = two_faults
-    slurm = Slurm(lab.transport("gpu1"))
-    work, jobs = submit_jobs(lab, 2, seconds=10)
-    time.sleep(6.0)  # Slurm saves its state a few seconds after a change (see slurm-primary-kill.yaml)
-    started = time.time()
-    lab.node("ctl1").kill("slurmctld")
-    lab.node("gpu3").gpus().fall_off_bus(2)  # transient: a GPU reset brings it back
-    wait_for("gpu3 drained", lambda: slurm.node("gpu3").drained, timeout=60, interval=0.2)
-    drained = time.time() - started
-    wait_for("jobs run again", lambda: srun_works(lab), timeout=60, interval=1.0)
-    runs = time.time() - started
-    wait_for("gpu3 repaired and back in service", lambda: not slurm.node("gpu3").drained, timeout=90, interval=0.5)
-    back = time.time() - started
-    assert jobs_ran_once(work, jobs, timeout=60) == jobs
-    print(f"two faults at once: gpu3 drained after {drained:.1f} s, jobs run again after {runs:.1f} s, gpu3 back in "
-          f"service after {back:.1f} s; the jobs running through it ended once each")  # fmt: skip
