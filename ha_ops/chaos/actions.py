@@ -180,13 +180,15 @@ def link_down(node: str, interface: str = "eth0", configuration: Configuration =
 
 def isolate_node(node: str, configuration: Configuration = None) -> str:
     """Cut a host off from the network while it stays alive (its uplink down: a cable, a NIC, a switch port). Its
-    undo mends the network and powers the host on again, should a fence have powered it off through its BMC (a
+    undo mends the network and, on a host with a BMC, powers it on again should a fence have powered it off (a
     Slurm controller's undo also waits until every slurmctld answers)."""
     cluster = _cluster(configuration)
     _target(cluster, node, "eth0")
     controllers = {n.name for n in cluster.layout.nodes_with_role("controller")}
-    faults.inject(cluster, f"isolated:{node}", [LinkOp(host=node, interface="eth0", up=False)],
-                  [LinkOp(host=node, interface="eth0", up=True), PowerOp(host=node, action="on")],
+    undo: list[Op] = [LinkOp(host=node, interface="eth0", up=True)]
+    if "power" in cluster.node(node).capabilities:
+        undo.append(PowerOp(host=node, action="on"))  # "on" of a host that is on changes nothing
+    faults.inject(cluster, f"isolated:{node}", [LinkOp(host=node, interface="eth0", up=False)], undo,
                   after="slurm_controllers_back" if node in controllers else None)  # fmt: skip
     return f"{node} cut off from the network"
 
@@ -199,6 +201,9 @@ def remediation_leader_on(node: str, timeout_s: float = 30.0, configuration: Con
 
     cluster = _cluster(configuration)
     _target(cluster, node, service="controller")
+    if hasattr(cluster, "plan_note"):  # a dry run: say what would happen, wait for nothing
+        cluster.plan_note(node, "restart the leading remediation controller until this node's leads (a handover)")
+        return f"{node} would lead"
     first = leader = wait_for("a leader", lambda: (found := remediation_leader(configuration)) != "none" and found,
                               timeout=timeout_s, interval=0.2)  # fmt: skip
     for handover in range(4):  # the restarted one may win the lease back: then again

@@ -11,6 +11,8 @@ A runbook is Markdown with YAML front matter:
     manual: [{step, run, lab_run}]  shell commands: `run` as an engineer types it on a real cluster, with the
                              placeholders of ha_ops.runbooks.placeholders ({ssh:HOST}, {on:HOST}, {spec}, ...);
                              `lab_run` instead in the lab, only where the lab truly differs
+    cases: [{name, trigger, checks, manual}]  other forms of the same failure (a primary cut off rather than hung),
+                             each verified in turn after the main one, its steps named "NAME: ..."
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ log = logging.getLogger(__name__)
 class Trigger(ConfigModel):
     experiment: Path
     vars: dict[str, object] = Field(default_factory=dict)
+    max_faults: int = Field(1, ge=1, le=4, description="Faults the experiment has in at once (two faults: 2).")
 
 
 class Check(Condition):
@@ -57,12 +60,27 @@ class ManualStep(ConfigModel):
     timeout_s: float = Field(60.0, gt=0)
 
 
+class Case(ConfigModel):
+    """Another form of the runbook's failure, with its own trigger and claims."""
+
+    name: str = Field(min_length=1)
+    trigger: Trigger
+    checks: list[Check] = Field(min_length=1)
+    manual: list[ManualStep] = Field(default_factory=list)
+
+
 class Runbook(ConfigModel):
     id: str
     title: str
     trigger: Trigger
     checks: list[Check] = Field(min_length=1)
     manual: list[ManualStep] = Field(default_factory=list)
+    cases: list[Case] = Field(default_factory=list)
+
+    def forms(self) -> list[Case]:
+        """The failure as the runbook's main trigger names it, then each of its cases."""
+        main = Case.model_construct(name="", trigger=self.trigger, checks=self.checks, manual=self.manual)
+        return [main, *self.cases]
 
 
 def load_runbook(path: Path) -> tuple[Runbook, str]:
@@ -78,13 +96,18 @@ def load_runbook(path: Path) -> tuple[Runbook, str]:
         raise SpecError(str(path), [f"front matter is not valid YAML ({exc})"]) from None
     except ValidationError as exc:
         raise SpecError(str(path), validation_problems(exc)) from None
-    experiment = (Path(path).parent / runbook.trigger.experiment).resolve()
-    if not experiment.exists():
-        raise SpecError(str(path), [f"trigger.experiment: {experiment} does not exist"])
+    resolved = []
+    for where, trigger in [("trigger", runbook.trigger), *((f"cases.{i}.trigger", c.trigger)
+                                                           for i, c in enumerate(runbook.cases))]:  # fmt: skip
+        experiment = (Path(path).parent / trigger.experiment).resolve()
+        if not experiment.exists():
+            raise SpecError(str(path), [f"{where}.experiment: {experiment} does not exist"])
+        resolved.append(trigger.model_copy(update={"experiment": experiment}))
     for heading in ("## Symptoms", "## Impact", "## What recovers automatically", "## Manual steps"):
         if heading not in body:
             raise SpecError(str(path), [f"the body has no '{heading}' section"])
-    return runbook.model_copy(update={"trigger": runbook.trigger.model_copy(update={"experiment": experiment})}), body
+    cases = [c.model_copy(update={"trigger": t}) for c, t in zip(runbook.cases, resolved[1:], strict=True)]
+    return runbook.model_copy(update={"trigger": resolved[0], "cases": cases}), body
 
 
 @dataclass
@@ -136,15 +159,30 @@ def verify(path: Path, cluster: Cluster, configuration: dict[str, str]) -> Verif
 def _verify(path: Path, cluster: Cluster, configuration: dict[str, str]) -> Verification:
     runbook, _ = load_runbook(path)
     result = Verification(runbook.id)
-    experiment = runner.load_experiment(runbook.trigger.experiment, configuration, dict(runbook.trigger.vars))
+    forms = runbook.forms()
+    experiments = [runner.load_experiment(f.trigger.experiment, configuration, dict(f.trigger.vars)) for f in forms]
     try:
-        runner.preflight(experiment, cluster)  # every target reachable and able, before the failure goes in
+        for form, experiment in zip(forms, experiments, strict=True):
+            with faults.limit(form.trigger.max_faults):
+                runner.preflight(experiment, cluster)  # every target reachable and able, before any failure goes in
     except CapabilityMissing as exc:
         result.unverifiable = str(exc)
         return result
+    for form, experiment in zip(forms, experiments, strict=True):
+        prefix = f"{form.name}: " if form.name else ""
+        with faults.limit(form.trigger.max_faults):
+            found = _verify_form(form, experiment, cluster, configuration)
+        for step in found:
+            step.name = prefix + step.name
+            result.steps.append(step)
+    return result
+
+
+def _verify_form(form: Case, experiment: Any, cluster: Cluster, configuration: dict[str, str]) -> list[StepResult]:
+    steps: list[StepResult] = []
     claims: list[StepResult] = []
     experiment_over = threading.Event()
-    baselines = baselines_of(list(runbook.checks), configuration)  # for claims that wait for a change
+    baselines = baselines_of(list(form.checks), configuration)  # for claims that wait for a change
 
     def check_claims() -> None:
         # chaostoolkit-lib must run in the main thread (it installs signal handlers): the claims are checked here.
@@ -152,7 +190,7 @@ def _verify(path: Path, cluster: Cluster, configuration: dict[str, str]) -> Veri
         if injected is None:
             claims.append(StepResult("check", "the failure is injected", False, "no fault was recorded"))
             return
-        for i, check in enumerate(runbook.checks):
+        for i, check in enumerate(form.checks):
             if not check.after_manual:
                 claims.append(_wait_claim(check, configuration, injected, baselines.get(i, UNSET)))
         hold.end_early()  # every claim about the failure is judged: the manual steps may start (the fault stays in)
@@ -168,18 +206,18 @@ def _verify(path: Path, cluster: Cluster, configuration: dict[str, str]) -> Veri
             claims.append(StepResult("check", "the trigger experiment runs", False, str(exc)))
         finally:
             experiment_over.set()
-            checker.join(max((c.within_s for c in runbook.checks), default=0) + 60)
-        result.steps.extend(claims)
+            checker.join(max((c.within_s for c in form.checks), default=0) + 60)
+        steps.extend(claims)
         values = cluster.placeholders() if hasattr(cluster, "placeholders") else {}
-        for step in runbook.manual:
-            result.steps.append(_run_manual(step, cluster, values))
+        for step in form.manual:
+            steps.append(_run_manual(step, cluster, values))
         manual_done = time.time()
-        for i, check in enumerate(runbook.checks):
+        for i, check in enumerate(form.checks):
             if check.after_manual:
-                result.steps.append(_wait_claim(check, configuration, manual_done, baselines.get(i, UNSET)))
+                steps.append(_wait_claim(check, configuration, manual_done, baselines.get(i, UNSET)))
     finally:
         faults.cleanup(cluster)  # whatever the manual steps did not repair
-    return result
+    return steps
 
 
 def _run_manual(step: ManualStep, cluster: Cluster, values: dict[str, object] | None = None) -> StepResult:

@@ -154,3 +154,16 @@ def test_a_dry_run_prints_each_hosts_commands_and_undo_and_sends_no_change(ssh_c
     assert not [argv for _, argv in log if argv[0] == "scontrol"]
     assert not [argv for _, argv in log if argv[0] == "systemctl" and argv[1] != "show"]  # only read-only questions
     assert faults.active(cluster) == []
+
+
+def test_an_isolation_is_undone_with_its_network_and_a_slurm_controllers_wait(ssh_cluster) -> None:  # type: ignore[no-untyped-def]
+    cluster, log, _, conf = ssh_cluster
+    assert actions.isolate_node("ctl1", configuration=conf) == "ctl1 cut off from the network"
+    assert ("ctl1", ["ip", "link", "set", "dev", "eth0", "down"]) in log
+    [entry] = faults.active(cluster)
+    assert entry["key"] == "isolated:ctl1" and entry["after"] == "slurm_controllers_back"
+    # No BMC in this inventory: nothing to power on, so the undo only mends the link.
+    assert [op.kind for op in faults.undo_ops(entry)] == ["link"]
+    faults.forget(cluster, "isolated:ctl1")
+    actions.isolate_node("gpu2", configuration=conf)
+    assert "after" not in faults.active(cluster)[0]

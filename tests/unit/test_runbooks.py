@@ -37,6 +37,21 @@ def test_a_runbook_without_front_matter_or_sections_is_refused(tmp_path: Path) -
     assert any(p.startswith("checks") for p in info.value.problems)
 
 
+def test_cases_are_loaded_after_the_main_form_and_a_missing_experiment_is_named(tmp_path: Path) -> None:
+    runbook, _ = load_runbook(RUNBOOKS / "slurm-primary-failure.md")
+    forms = runbook.forms()
+    assert [f.name for f in forms] == ["", "cut off from the network but alive"]
+    assert forms[0].trigger == runbook.trigger and forms[1].trigger.experiment.name == "slurm-primary-isolated.yaml"
+    assert forms[1].trigger.experiment.is_absolute()
+    text = (RUNBOOKS / "slurm-primary-failure.md").read_text()
+    text = text.replace("experiment: ../chaos/", f"experiment: {RUNBOOKS.parent}/chaos/", 1)
+    broken = tmp_path / "broken.md"
+    broken.write_text(text.replace("../chaos/experiments/slurm-primary-isolated.yaml", "gone.yaml"))
+    with pytest.raises(SpecError) as info:
+        load_runbook(broken)
+    assert info.value.problems[0].startswith("cases.0.trigger.experiment:")
+
+
 def test_every_shipped_runbook_loads_with_its_sections_and_experiment() -> None:
     folder = Path(__file__).resolve().parents[2] / "runbooks"
     books = sorted(p for p in folder.glob("*.md") if p.name != "README.md")
