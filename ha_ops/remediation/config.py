@@ -101,11 +101,11 @@ class ControllerConfig(ConfigModel):
     lease_renew_s: float = Field(1.0, gt=0)
     lease_margin_s: float = Field(0.5, ge=0)
     blind_after_s: float = Field(
-        6.0,
+        15.0,
         gt=0,
         description="A controller that has heard no agent for this long while another controller has is blind: as "
-        "the leader it steps down, as the standby it does not take the lease. Over the agents' heartbeat divided by "
-        "the node count, so that a leader hears some agent within it.",
+        "the leader it steps down, as the standby it does not take the lease. Over the agents' heartbeat "
+        "(controller.heartbeat_s), so that a leader that can hear agents hears every live one within it.",
     )
     tick_s: float = Field(0.2, gt=0)
     partition: str = "gpu"

@@ -65,7 +65,8 @@ def test_the_partitions_game_day_passes(lab: Lab, tmp_path: Path) -> None:
     result = gameday(lab, REPO / "chaos" / "gamedays" / "partitions.yaml", tmp_path)
     report = json.loads((tmp_path / "gameday.json").read_text()) if (tmp_path / "gameday.json").exists() else {}
     for fault in report.get("faults", []):
-        print(f"{fault['name']}: {fault['verdict']}, detected after {fault['time_to_detect_s']:.1f} s, recovered "
-              f"after {fault['time_to_recover_s']:.1f} s, jobs {fault.get('jobs')}")  # fmt: skip
+        print(f"{fault['name']}: {fault['verdict']} {fault.get('why') or ''}, detected after "
+              f"{fault['time_to_detect_s']} s, recovered after {fault['time_to_recover_s']} s, "
+              f"jobs {fault.get('jobs')}")  # fmt: skip
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert report["passed"] is True and len(report["faults"]) == 3

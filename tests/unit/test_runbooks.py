@@ -38,15 +38,15 @@ def test_a_runbook_without_front_matter_or_sections_is_refused(tmp_path: Path) -
 
 
 def test_cases_are_loaded_after_the_main_form_and_a_missing_experiment_is_named(tmp_path: Path) -> None:
-    runbook, _ = load_runbook(RUNBOOKS / "slurm-primary-failure.md")
+    runbook, _ = load_runbook(RUNBOOKS / "remediation-controller-failure.md")
     forms = runbook.forms()
-    assert [f.name for f in forms] == ["", "cut off from the network but alive"]
-    assert forms[0].trigger == runbook.trigger and forms[1].trigger.experiment.name == "slurm-primary-isolated.yaml"
-    assert forms[1].trigger.experiment.is_absolute()
-    text = (RUNBOOKS / "slurm-primary-failure.md").read_text()
+    assert forms[0].name == "" and forms[1].name.startswith("the leader cut off from the network")
+    assert forms[0].trigger == runbook.trigger and forms[1].trigger.experiment.name == "controller-leader-isolated.yaml"
+    assert forms[1].trigger.experiment.is_absolute() and forms[1].trigger.max_faults == 2
+    text = (RUNBOOKS / "remediation-controller-failure.md").read_text()
     text = text.replace("experiment: ../chaos/", f"experiment: {RUNBOOKS.parent}/chaos/", 1)
     broken = tmp_path / "broken.md"
-    broken.write_text(text.replace("../chaos/experiments/slurm-primary-isolated.yaml", "gone.yaml"))
+    broken.write_text(text.replace("../chaos/experiments/controller-leader-isolated.yaml", "gone.yaml"))
     with pytest.raises(SpecError) as info:
         load_runbook(broken)
     assert info.value.problems[0].startswith("cases.0.trigger.experiment:")
