@@ -50,6 +50,7 @@ class Controller:
         self.peer_views: list[View] = []  # as read at the last lease step
         self.slurm_ok_at = 0.0  # the last successful read of Slurm's node states
         self.heard: dict[str, float] = {}  # node -> when its agent's report last arrived here (leader or standby)
+        self._known = {n for pool in config.pools.values() for n in (*pool.nodes, *pool.spares)}
         self.state: ControllerState | None = None
         self.token: int | None = None
         self._saved = ""  # the state as last written by this controller
@@ -136,8 +137,7 @@ class Controller:
 
     def heard_from(self, node: str) -> None:
         """An agent's report arrived (accepted, or refused by a standby): the agent reaches this controller."""
-        known = any(node in pool.nodes or node in pool.spares for pool in self.config.pools.values())
-        if known:  # (a report naming a node not configured is refused later; it must not grow the view)
+        if node in self._known:  # (a report naming a node not configured is refused later; it must not grow the view)
             with self._lock:
                 self.heard[node] = self.clock()
 

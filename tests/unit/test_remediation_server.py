@@ -311,6 +311,8 @@ def test_standby_answers_503_naming_the_leader(tmp_path: Path, clock: Clock, lea
         assert status == 200 and "state" not in answer and answer["leader_name"] == "ctl1"
         # The refused report still tells the standby that the agent reaches it, not the leader (its view shows it).
         assert answer["views"][0]["id"] == "ctl2" and answer["views"][0]["agents"] == {"n1": clock.now}
+        api.call("/v1/reports", report_body(node="nobody"))  # a node not configured does not grow the view
+        assert api.call("/v1/state")[1]["views"][0]["agents"] == {"n1": clock.now}
         status, text, _ = api.call("/metrics")
         assert status == 200 and 'ha_ops_controller_leader{id="ctl2"} 0.0' in text
     assert (tmp_path / "shared" / "state.json").read_bytes() == before
