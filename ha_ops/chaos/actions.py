@@ -180,14 +180,15 @@ def link_down(node: str, interface: str = "eth0", configuration: Configuration =
 
 def isolate_node(node: str, configuration: Configuration = None) -> str:
     """Cut a host off from the network while it stays alive (its uplink down: a cable, a NIC, a switch port). Its
-    undo mends the network and, on a host with a BMC, powers it on again should a fence have powered it off (a
-    Slurm controller's undo also waits until every slurmctld answers)."""
+    undo, on a host with a BMC, first powers it on again should a fence have powered it off (and waits for ssh: the
+    next step runs on it), then mends the network (a Slurm controller's undo also waits until every slurmctld
+    answers)."""
     cluster = _cluster(configuration)
     _target(cluster, node, "eth0")
     controllers = {n.name for n in cluster.layout.nodes_with_role("controller")}
     undo: list[Op] = [LinkOp(host=node, interface="eth0", up=True)]
     if "power" in cluster.node(node).capabilities:
-        undo.append(PowerOp(host=node, action="on"))  # "on" of a host that is on changes nothing
+        undo.insert(0, PowerOp(host=node, action="on"))  # "on" of a host that is on changes nothing
     faults.inject(cluster, f"isolated:{node}", [LinkOp(host=node, interface="eth0", up=False)], undo,
                   after="slurm_controllers_back" if node in controllers else None)  # fmt: skip
     return f"{node} cut off from the network"
@@ -311,8 +312,8 @@ def chunkserver_loss(node: str, configuration: Configuration = None) -> str:
 
 
 def storage_master_loss(configuration: Configuration = None) -> str:
-    """Lose the storage master, wherever it runs now: its host or, once promoted, the metalogger's (recovery:
-    runbooks/storage-master-failure.md promotes the metalogger)."""
+    """Lose the storage master, wherever it runs now: its host or, once promoted, the metalogger's (recovery: the
+    storage watcher promotes the metalogger; runbooks/storage-master-failure.md)."""
     cluster = _cluster(configuration)
     storage = cluster.spec.storage
     if storage is None or storage.master is None:

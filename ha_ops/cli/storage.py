@@ -1,8 +1,11 @@
-"""`ha-ops storage`: health of the replicated storage, and its Prometheus exporter."""
+"""`ha-ops storage`: health of the replicated storage, its Prometheus exporter, and the master's failover watcher."""
 
 from __future__ import annotations
 
+import logging
+import signal
 import time
+from pathlib import Path
 
 import typer
 
@@ -52,3 +55,28 @@ def exporter(
     output.info(f"storage exporter for {master} on {address}:{port}")
     while True:
         time.sleep(3600)
+
+
+@app.command()
+def watch(
+    config: Path = typer.Option(..., "--config", "-c", help="The watcher's config (YAML), on the metalogger's host."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Decide and audit; fence and promote nothing."),
+) -> None:
+    """Watch the MooseFS master from the metalogger's host; when it is lost, fence it (ssh, else its BMC) and
+    promote the metalogger (`mfsmaster -a`) here, without a human. Every step goes to an audit log on local disk
+    (`ha-ops audit verify STATE_DIR/audit.jsonl`)."""
+    from ha_ops.remediation.nodeops import SshNodeOps
+    from ha_ops.storage.failover import FailoverWatcher, load_failover_config
+
+    cfg = load_failover_config(config)
+    if dry_run:
+        cfg = cfg.model_copy(update={"dry_run": True})
+    logging.getLogger("ha_ops").setLevel(logging.INFO)
+    ops = SshNodeOps(cfg.access.model_copy(update={"command_timeout_s": cfg.command_timeout_s}))
+    # ssh gets access.connect_timeout_s to reach the master's host: a cut-off one costs that long before its BMC.
+    watcher = FailoverWatcher(cfg, ops.run_command, ops.run_here)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: watcher.stop())
+    mode = "dry run: decides and audits, changes nothing" if cfg.dry_run else "acting"
+    output.info(f"storage watch {cfg.id}: master {cfg.master_host} ({cfg.master_address}), {mode}")
+    watcher.run()

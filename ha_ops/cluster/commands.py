@@ -47,6 +47,7 @@ UNITS: dict[str, str] = {
     "mfsmaster": "moosefs-master",
     "chunkserver": "moosefs-chunkserver",
     "metalogger": "moosefs-metalogger",
+    "storage-watch": "ha-ops-storage-watch",
 }
 
 

@@ -45,6 +45,7 @@ class InventoryHost(ConfigModel):
     ha_ops_command: str = "ha-ops"
     units: dict[str, str] = Field(default_factory=dict, description="Service -> systemd unit where not the usual.")
     production: bool = False
+    boot_wait_s: float = Field(600.0, ge=0, description="After a power on through the BMC, how long ssh may take.")
     groups: tuple[str, ...] = ()
     vars: dict[str, Any] = Field(default_factory=dict, description="Every variable, for runbook placeholders.")
 
@@ -144,6 +145,7 @@ def load_inventory(path: Path) -> Inventory:
             "ha_ops_command": hv.get("ha_ops_command", "ha-ops"),
             "units": hv.get("ha_ops_units") or {},
             "production": hv.get("ha_ops_production", False),
+            "boot_wait_s": hv.get("ha_ops_boot_wait_s", 600.0),
             "groups": tuple(groups.get(name, [])),
             "vars": hv,
         }
@@ -174,4 +176,4 @@ _VARIABLE = {"address": "ansible_host", "user": "ansible_user", "port": "ansible
              "become": "ansible_become", "bmc": "ha_ops_bmc", "gpu_injection": "ha_ops_gpu_injection",
              "fake_gpu_dir": "ha_ops_fake_gpu_dir", "firewall": "ha_ops_firewall",
              "ha_ops_command": "ha_ops_command", "units": "ha_ops_units",
-             "production": "ha_ops_production"}  # fmt: skip
+             "production": "ha_ops_production", "boot_wait_s": "ha_ops_boot_wait_s"}  # fmt: skip

@@ -164,14 +164,15 @@ class LabCluster:
 
     def placeholders(self) -> dict[str, object]:
         """What a runbook's commands may name (ha_ops.runbooks.placeholders): {ssh:HOST} enters the node, {on:HOST}
-        runs this ha-ops there, {target} names the lab, {controller_state}, {rollout_state} and {mfsmaster} as on any
-        cluster; and, for lab_run steps, {lab}, {root}, {spec}, {python}."""
-        from ha_ops.lab import controllers, rollouts
+        runs this ha-ops there, {target} names the lab, {controller_state}, {storage_watch_state}, {rollout_state}
+        and {mfsmaster} as on any cluster; and, for lab_run steps, {lab}, {root}, {spec}, {python}."""
+        from ha_ops.lab import controllers, rollouts, storage
         from ha_ops.lab.drivers import ha_ops_command
         from ha_ops.lab.inventory import write_spec
         from ha_ops.runbooks.placeholders import PerHost
 
-        spec = write_spec(self.lab.ctx)  # the lab's own spec, for steps that rebuild or repair it
+        ctx = self.lab.ctx
+        spec = write_spec(ctx)  # the lab's own spec, for steps that rebuild or repair it
         master = self.layout.service_addresses.get("mfsmaster", "")
         ha_ops = ha_ops_command()
         hosts = self.hosts()
@@ -179,6 +180,7 @@ class LabCluster:
             "cluster": self.name, "lab": self.name, "root": str(self.lab.paths.root), "python": sys.executable,
             "spec": str(spec), "mfsmaster": str(master), "ha_ops": ha_ops, "target": f"--target lab:{self.name}",
             "controller_state": str(controllers.state_dir(self.lab.ctx)),
+            "storage_watch_state": str(storage.watcher_state_dir(ctx)) if storage.enabled(ctx) else "",
             "rollout_state": str(rollouts.files(self.lab).state_dir),
             "ssh": PerHost("ssh", lambda name: f"{ha_ops} lab exec {shlex.quote(name)} --name {self.name} --", hosts),
             "on": PerHost("on", lambda name: ha_ops, hosts),

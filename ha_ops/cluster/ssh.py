@@ -9,6 +9,7 @@ import os
 import shlex
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -21,7 +22,7 @@ from ha_ops.cluster.inventory import Inventory, InventoryHost
 from ha_ops.cluster.ops import FilterOp, GpuOp, LinkOp, Op, PowerOp, QdiscOp, ServiceOp, capability, describe
 from ha_ops.cluster.power import PowerBackend, backend, password
 from ha_ops.cluster.rollouts import DriverRollouts, RolloutSite
-from ha_ops.errors import CommandFailed, HaOpsError, SpecError
+from ha_ops.errors import CommandFailed, HaOpsError, SpecError, TransportError
 from ha_ops.schedulers.slurm import Slurm
 from ha_ops.spec.layout import compute_layout
 from ha_ops.spec.model import ClusterSpec
@@ -100,6 +101,9 @@ class SshNode:
         if isinstance(op, PowerOp):
             assert self.power is not None
             self.power.act(op.action)
+            self.transport.close()  # a session does not outlive a power change (off: no FIN ever comes)
+            if op.action in ("on", "cycle"):
+                self._wait_for_ssh()  # what comes next on this host (an undo's next step) needs it booted
             return
         if isinstance(op, LinkOp) and not op.up:
             self._refuse_own_link(op.interface)
@@ -111,6 +115,20 @@ class SshNode:
                 self._started_or_masked(op, result)
             if isinstance(op, GpuOp) and self.gpus is not None:
                 self.gpus.check(op, result.stdout)
+
+    def _wait_for_ssh(self) -> None:
+        """Until the host answers ssh again after a power on, up to `ha_ops_boot_wait_s`."""
+        deadline = time.monotonic() + self.host.boot_wait_s
+        while True:
+            try:
+                self.run(["true"], timeout=10)
+                return
+            except TransportError as exc:
+                if time.monotonic() >= deadline:
+                    raise TransportError(f"{self.name} does not answer ssh {self.host.boot_wait_s:g} s after a "
+                                         f"power on: {exc}") from None  # fmt: skip
+                log.info("%s does not answer ssh yet (%s); waiting for it to boot", self.name, exc)
+                time.sleep(1.0)
 
     def _started_or_masked(self, op: ServiceOp, failed: CommandResult) -> None:
         """A failed start is an error unless the unit is masked (systemctl says so and exits 1)."""
@@ -261,6 +279,8 @@ class SshCluster:
             "inventory": inventory,
             "target": shlex.join(["--inventory", inventory]),
             "controller_state": self.cluster_var("ha_ops_controller_state_dir") or "/var/lib/ha-ops/controller",
+            "storage_watch_state": self.cluster_var("ha_ops_storage_watch_state_dir")
+            or "/var/lib/ha-ops/storage-watch",
             "rollout_state": self._rollout_state(),
             "mfsmaster": str(self.layout.service_addresses.get("mfsmaster", "")),
             "ha_ops": shlex.join([sys.executable, "-m", "ha_ops"]),

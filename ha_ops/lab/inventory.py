@@ -42,6 +42,8 @@ def ssh_inventory(ctx: LabContext) -> dict[str, Any]:
         # The nodes share this machine's files: the ha-ops a node runs is this one.
         "ha_ops_command": ha_ops_command(),
     }
+    if storage.enabled(ctx):
+        inventory["all"]["vars"]["ha_ops_storage_watch_state_dir"] = str(storage.watcher_state_dir(ctx))
     hosts = inventory["all"]["hosts"]
     for node in ctx.layout.nodes:
         hosts[node.name] |= {

@@ -4,19 +4,26 @@ controller and GPU node, with Slurm's StateSaveLocation and the checkpoint direc
 Settings from shared/LAB-NOTES.md: daemons in the foreground, no config in /etc/mfs, a tmpfs per chunkserver (its
 own capacity), HDD_LEAVE_SPACE_DEFAULT = 0, REPLICATIONS_DELAY_INIT = 0, the master's data seeded with
 metadata.mfs.empty, and a metalogger with META_DOWNLOAD_FREQ = 1. The master is reached at a service address that
-moves to the metalogger's node when the metalogger is promoted (`promote_metalogger`).
+moves to the metalogger's node when the metalogger is promoted: by the storage watcher on the metalogger's node
+(`ha-ops storage watch`, ha_ops.storage.failover) without a human, with the same commands a real host runs.
 """
 
 from __future__ import annotations
 
 import shutil
+import sys
 from ipaddress import IPv4Address
 from pathlib import Path
 
+import yaml
+
 from ha_ops.lab.context import LabContext, ServiceDef
 from ha_ops.lab.paths import NODE_DIR
+from ha_ops.util.atomic import write_atomic
 
 CLIENT_PORT = 9421
+CHUNKSERVER_PORT = 9422
+WATCH_AFTER_S = 3.0  # the lab's master unanswered this long before the watcher fences it (a probe sees it down first)
 MOUNT = NODE_DIR / "mfs"  # where every client node sees the file system
 CHUNK_DIR = NODE_DIR / "chunks"
 EMPTY_METADATA = Path("/var/lib/mfs/metadata.mfs.empty")
@@ -130,6 +137,7 @@ def prepare(ctx: LabContext) -> None:
         )
     for node in clients(ctx):
         (ctx.node_dir(node) / "mfs").mkdir(exist_ok=True)
+    write_atomic(watcher_config_path(ctx), yaml.safe_dump(render_watcher_config(ctx), sort_keys=False))
 
 
 def chunk_tmpfs_size_mb(ctx: LabContext) -> int:
@@ -178,12 +186,61 @@ def mount_services(ctx: LabContext) -> list[ServiceDef]:
     ]
 
 
+def watcher_config_path(ctx: LabContext) -> Path:
+    return ctx.node_dir(metalogger_node(ctx)) / "storage-watch.yaml"
+
+
+def watcher_state_dir(ctx: LabContext) -> Path:
+    """The watcher's audit log and promoted mark: on its own node's disk, not on the storage it watches."""
+    return ctx.node_dir(metalogger_node(ctx)) / "storage-watch"
+
+
+def render_watcher_config(ctx: LabContext) -> dict:
+    """The watcher on the metalogger's node: the runbook's own fence and promotion commands (on a lab node,
+    systemctl and `mfsmaster -a` are the lab's shims), ssh with the lab's key, and the lab's BMC."""
+    from ha_ops.lab.inventory import ssh_inventory_path
+    from ha_ops.lab.sshd import client_key, known_hosts
+
+    address = f"{master_address(ctx)}/24"
+    bare = str(master_address(ctx))
+    return {
+        "id": metalogger_node(ctx),
+        "master_host": master_node(ctx),
+        "master_address": bare,
+        "master_port": CLIENT_PORT,
+        "peers": [f"{ctx.layout.node(n).address}:{CHUNKSERVER_PORT}" for n in chunkservers(ctx)],
+        "poll_s": 0.5,
+        "probe_timeout_s": 1.0,
+        "after_s": WATCH_AFTER_S,
+        "retry_s": 10.0,
+        # Idempotent, so that a fence tried again (or after an operator's) still confirms: the address is gone.
+        "fence_command": f"systemctl mask --now moosefs-master && {{ ip addr del {address} dev eth0 2>/dev/null; "
+        f"! ip -o addr show dev eth0 | grep -qF ' {address} '; }}",
+        "power_off_command": f"{sys.executable} -m ha_ops power off {{node}} --inventory {ssh_inventory_path(ctx)}",
+        # The announcement in the background: its first packet leaves at once, and arping waits a second per packet.
+        "promote_command": f"systemctl stop moosefs-metalogger && ip addr replace {address} dev eth0 && "
+        f"{{ arping -q -U -c 2 -I eth0 {bare} >/dev/null 2>&1 & }} && mfsmaster -a",
+        "command_timeout_s": 60.0,
+        "state_dir": str(watcher_state_dir(ctx)),
+        "access": {
+            "ssh_user": "root",
+            "ssh_key": str(client_key(ctx)),
+            "known_hosts": str(known_hosts(ctx)),
+            "connect_timeout_s": 2.0,
+        },
+    }
+
+
+def watcher_service(ctx: LabContext) -> ServiceDef:
+    node = metalogger_node(ctx)
+    argv = [sys.executable, "-m", "ha_ops", "storage", "watch", "--config", str(watcher_config_path(ctx))]
+    return ServiceDef(node, "storage-watch", argv, ctx.node_dir(node) / "log" / "storage-watch.log")
+
+
 EXPORTER_PORT = 9425
 
 
 def exporter_service(ctx: LabContext) -> ServiceDef:
-    import sys
-
     node = ctx.spec.monitoring.host.name
     argv = [sys.executable, "-m", "ha_ops", "storage", "exporter", "--master", str(master_address(ctx)),
             "--address", str(ctx.layout.node(node).address), "--port", str(EXPORTER_PORT),

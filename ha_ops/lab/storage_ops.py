@@ -59,6 +59,7 @@ def ensure(lab: Lab, state: LabState) -> None:
     lab._ensure_services(state, storage.chunkserver_services(ctx))
     if master == storage.master_node(ctx):
         lab._ensure_services(state, [storage.metalogger_service(ctx)])
+    lab._ensure_services(state, [storage.watcher_service(ctx)])  # after a promotion it only idles
     want = len(storage.chunkservers(ctx))
     wait_for(
         f"{want} chunkservers connected", lambda: connected_chunkservers(lab, state) >= want, timeout=30, interval=0.2

@@ -9,6 +9,8 @@ is the command an on-call engineer types on a real cluster; its placeholders say
                     (`--inventory FILE`);  {spec}, {inventory}, {cluster}
     {controller_state}  the remediation controllers' shared state folder (lease, state, audit log): the
                     inventory's ha_ops_controller_state_dir, default /var/lib/ha-ops/controller
+    {storage_watch_state}  the storage master's failover watcher's folder (audit log) on the metalogger's host: the
+                    inventory's ha_ops_storage_watch_state_dir, default /var/lib/ha-ops/storage-watch
     {rollout_state}  the driver rollout's state folder on the rollout host: the inventory's
                     ha_ops_rollout.state_dir, default /var/lib/ha-ops/rollout
     {mfsmaster}     the storage master's service address (the spec's)

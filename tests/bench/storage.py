@@ -1,7 +1,8 @@
 """Benchmark: the lab's MooseFS (examples/lab-storage.yaml, root). Prints figures only.
 
 1. Time to full redundancy after a chunkserver is lost, with 200 MiB of data (goal <= 5 s), 3 trials.
-2. Time to serve again after the master is lost (kill -> metalogger promoted -> a client reads and writes).
+2. Time to serve again after the master is lost, without a human: kill -> the storage watcher on the metalogger's node
+   fences the master and promotes the metalogger -> a client reads and writes (goal <= 10 s).
 
 Run: sudo .venv/bin/python tests/bench/storage.py
 """
@@ -66,7 +67,6 @@ def main() -> None:
         check = ["sh", "-c", f"cat {probe} >/dev/null && echo ok > {storage.MOUNT}/after"]
         lab.node(storage.master_node(lab.ctx)).kill("mfsmaster")
         start = time.monotonic()
-        storage_ops.promote_metalogger(lab)
         wait_for(
             "a client reads and writes again",
             lambda: client.run(check, check=False, timeout=10).ok,
@@ -75,7 +75,10 @@ def main() -> None:
         )
         served = time.monotonic() - start
         assert storage_ops.unreadable_files(lab, manifest) == []
-        print(f"master loss -> serving again (metalogger promoted, all {len(paths)} files intact): {served:.2f} s")
+        print(
+            f"master killed -> reads and writes served again without a human (the watcher fenced and promoted; "
+            f"all {len(paths)} files intact): {served:.2f} s (goal <= 10 s)"
+        )
     finally:
         lab.down()
 

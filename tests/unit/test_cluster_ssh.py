@@ -20,7 +20,7 @@ from ha_ops.cluster.inventory import Inventory, InventoryHost
 from ha_ops.cluster.ops import FilterOp, FilterRule, GpuOp, LinkOp, PowerOp, ServiceOp
 from ha_ops.cluster.power import BmcConfig
 from ha_ops.cluster.ssh import SshCluster, SshNode, state_dir
-from ha_ops.errors import HaOpsError, SpecError
+from ha_ops.errors import HaOpsError, SpecError, TransportError
 from ha_ops.spec import load_spec
 from ha_ops.util.proc import CommandResult
 from tests.unit.test_transport_ssh import (  # noqa: F401  (fixtures)
@@ -108,6 +108,47 @@ def test_what_a_node_lacks_is_refused_before_anything_runs(monkeypatch: pytest.M
         powered.apply(PowerOp(host="gpu1", action="off", permanent=True))
     assert powered.render(PowerOp(host="gpu1", action="cycle"))[0].endswith("chassis power cycle")
     assert recorder.ran == []
+
+
+class Booting(Recorder):
+    """A host that answers ssh only after `refusals` tries (booting after a power on), and a BMC that records."""
+
+    def __init__(self, refusals: int) -> None:
+        super().__init__()
+        self.refusals, self.closed, self.acted = refusals, 0, []
+
+    def run(self, argv: Sequence[str], **kwargs: object) -> CommandResult:  # type: ignore[override]
+        if self.refusals:
+            self.refusals -= 1
+            raise TransportError("gpu1: cannot reach 10.77.1.10:22: [Errno 111] Connection refused")
+        return super().run(argv, **kwargs)  # type: ignore[arg-type]
+
+    def close(self) -> None:
+        self.closed += 1
+
+    def act(self, action: str) -> None:
+        self.acted.append(action)
+
+
+def test_after_a_power_on_the_node_waits_for_ssh_and_never_reuses_a_session_from_before(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("HAO_TEST_BMC_PASSWORD", "secret")
+    monkeypatch.setattr("ha_ops.cluster.ssh.time.sleep", lambda s: None)
+    bmc = BmcConfig(kind="ipmi", address="10.9.0.1", user="admin", password_env="HAO_TEST_BMC_PASSWORD")
+    booting = Booting(refusals=3)
+    node = SshNode(host(bmc=bmc), booting, gpus=8)  # type: ignore[arg-type]
+    node.power = booting  # type: ignore[assignment]
+    node.apply(PowerOp(host="gpu1", action="off"))
+    assert booting.acted == ["off"] and booting.closed == 1 and booting.refusals == 3  # off: nothing to wait for
+    node.apply(PowerOp(host="gpu1", action="on"))
+    assert booting.acted == ["off", "on"] and booting.closed == 2
+    assert booting.refusals == 0 and [argv for argv, _, _ in booting.ran] == [["true"]]  # it answered: booted
+    never = Booting(refusals=10**6)
+    slow = SshNode(host(bmc=bmc, boot_wait_s=0), never, gpus=8)  # type: ignore[arg-type]
+    slow.power = never  # type: ignore[assignment]
+    with pytest.raises(TransportError, match="does not answer ssh 0 s after a power on"):
+        slow.apply(PowerOp(host="gpu1", action="on"))
 
 
 def test_the_link_ha_ops_reaches_a_node_through_is_never_taken_down() -> None:

@@ -86,3 +86,41 @@ def test_good_input_passes_validation(tmp_path: Path) -> None:
     assert "Check each bond's members, primary and MTU" in said
     assert "a bond needs" not in said
     assert "Render for ifupdown" in said
+
+
+def test_the_moosefs_roles_failover_config_is_one_the_storage_watcher_loads(tmp_path: Path) -> None:
+    """The role's template for `ha-ops storage watch` renders a config the watcher accepts, with the fence and the
+    promotion on the service address."""
+    from ha_ops.storage.failover import load_failover_config
+
+    out = tmp_path / "storage-watch.yaml"
+    role_vars = {
+        "moosefs_master_name": "mfsm", "moosefs_master_ip": "10.0.0.5", "moosefs_client_port": 9421,
+        "moosefs_chunkservers": ["cs1", "cs2"], "moosefs_failover_prefix": 24, "moosefs_failover_interface": "bond0",
+        "moosefs_failover_after_s": 5,
+        "moosefs_failover_power_off_command": "ha-ops power off {node} --inventory /etc/ha-ops/hosts.yml",
+        "moosefs_failover_state_dir": "/var/lib/ha-ops/storage-watch",
+        "moosefs_failover_ssh_key": "/etc/ha-ops/storage-watch/id_ed25519",
+        "moosefs_failover_known_hosts": "/etc/ha-ops/storage-watch/known_hosts",
+    }  # fmt: skip
+    template = REPO / "roles" / "moosefs" / "templates" / "storage-watch.yaml.j2"
+    (tmp_path / "render.yml").write_text(yaml.safe_dump([{
+        "name": "render", "hosts": "mfsml", "gather_facts": False, "vars": role_vars,
+        "tasks": [{"ansible.builtin.template": {"src": str(template), "dest": str(out)}}],
+    }]))  # fmt: skip
+    # The chunkservers' addresses come from the inventory, as the role reads them (hostvars).
+    (tmp_path / "hosts.yml").write_text(yaml.safe_dump({"all": {"hosts": {
+        "mfsml": {"ansible_connection": "local", "ansible_python_interpreter": str(BIN / "python")},
+        "cs1": {"ansible_host": "10.0.0.21"}, "cs2": {"ansible_host": "10.0.0.22"},
+    }}}))  # fmt: skip
+    env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_LOCALHOST_WARNING="false")
+    argv = [str(BIN / "ansible-playbook"), "-i", str(tmp_path / "hosts.yml"), str(tmp_path / "render.yml")]
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    config = load_failover_config(out)
+    assert (config.id, config.master_host, config.master_address) == ("mfsml", "mfsm", "10.0.0.5")
+    assert config.peers == ["10.0.0.21:9422", "10.0.0.22:9422"]
+    assert config.fence_command.startswith("systemctl mask --now moosefs-master && { ip addr del 10.0.0.5/24 dev bond0")
+    assert "ip addr replace 10.0.0.5/24 dev bond0" in config.promote_command
+    assert config.promote_command.endswith("arping -q -U -c 2 -I bond0 10.0.0.5 >/dev/null 2>&1 & } && mfsmaster -a")
+    assert config.power_off_command == role_vars["moosefs_failover_power_off_command"]
