@@ -73,7 +73,10 @@ def render_config(ctx: LabContext, node: str) -> dict:
         "ladder": LAB_LADDER,
         "node_poll_s": 1.0,
         "agent_silence_s": 10.0,  # the lab's agents report every 5 s
-        "blind_after_s": 4.0,  # several agents' heartbeats (every 5 s) arrive within it
+        # Over one agent's heartbeat (5 s) plus its report's timeout to a cut-off controller (1 s) and a sweep: a
+        # controller that hears only its own side's agents (a leaf cut off) hears each of them within it. At 4 s the
+        # leader on a cut-off leaf's other side stepped down when its side's two agents were quiet for 4 s.
+        "blind_after_s": 8.0,
         # Lab nodes share one process namespace: fence exactly this node's slurmctld, through its own pid file.
         "slurm_fence": {
             "after_s": 5.0,

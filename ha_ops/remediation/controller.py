@@ -381,7 +381,9 @@ class Controller:
 
     def _fence_step(self, controllers: list[tuple[str, str]], asked_at: float | None = None) -> None:
         self.slurm_controllers = list(controllers)
-        host = self.fence.observe(controllers, self.clock(), asked_at)
+        with self._lock:
+            heard_at = max(self.heard.values(), default=0.0)  # this controller's own reports: a peer's prove nothing
+        host = self.fence.observe(controllers, self.clock(), asked_at, heard_at)
         token = self.token
         if host is None or token is None:
             return

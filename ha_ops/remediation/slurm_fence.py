@@ -4,6 +4,10 @@ When (FenceWatch, pure bookkeeping over `scontrol ping` answers): the primary co
 (not answering pings) for `after_s` while a backup is UP. A primary that is frozen rather than dead still holds
 clients until their MessageTimeout; one cut off from the network but alive keeps writing the heartbeat on shared
 state, so the backup stays in standby. It is fenced once per outage; a primary that answers again is watched afresh.
+Two observers, as for a lost node: the leader's own pings, and an agent's report that reached the leader after the
+primary went silent. A leader cut off from the network (its lease on storage it still reaches) finds the primary
+silent too, and the backup on its own host UP; without the second observer it would power off a healthy primary
+and hand Slurm to its own side of the cut (seen in the lab before a blind leader had stepped down).
 
 How (fence_primary): over ssh first (kill its slurmctld). A host ssh cannot reach is powered off through its BMC,
 and counts as fenced only once the BMC reports it off; then the backup is told to take control at once (`scontrol
@@ -26,10 +30,14 @@ class FenceWatch:
     down_since: float | None = None
     fenced: set[str] = field(default_factory=set)
 
-    def observe(self, controllers: list[tuple[str, str]], now: float, asked_at: float | None = None) -> str | None:
+    def observe(
+        self, controllers: list[tuple[str, str]], now: float, asked_at: float | None = None, heard_at: float = 0.0
+    ) -> str | None:
         """The host to fence now, if any. `controllers`: [(host, "UP" | "DOWN")], the primary first, as answered
         by a ping sent at `asked_at` (default `now`): a DOWN means no answer since the ping was sent, which for a
-        primary cut off is a whole MessageTimeout before the answer comes back."""
+        primary cut off is a whole MessageTimeout before the answer comes back. `heard_at`: when an agent's report
+        last reached this controller; the primary is fenced only once one arrived after it went silent (the
+        cluster still reaches this controller, so the silence is the primary's, not this side's)."""
         if len(controllers) < 2:
             return None
         primary, state = controllers[0]
@@ -40,7 +48,7 @@ class FenceWatch:
             return None
         if self.down_since is None:
             self.down_since = now if asked_at is None else asked_at
-        if now - self.down_since < self.after_s or primary in self.fenced:
+        if now - self.down_since < self.after_s or primary in self.fenced or heard_at < self.down_since:
             return None
         self.fenced.add(primary)
         return primary

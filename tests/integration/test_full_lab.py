@@ -21,7 +21,7 @@ from ha_ops.chaos import faults
 from ha_ops.lab.cluster import Lab
 from ha_ops.lab.paths import LabPaths
 from ha_ops.spec import load_spec
-from tests.labkit import REPO, OverSsh, cluster, over_ssh, reset_remediation, running_lab
+from tests.labkit import REPO, OverSsh, audit_entries, cluster, over_ssh, reset_remediation, running_lab
 
 pytestmark = pytest.mark.lab
 
@@ -44,6 +44,13 @@ def ssh(flab: Lab, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OverSsh
     yield reached
     left = reached.ha_ops("chaos", "cleanup", "--inventory", str(reached.inventory))
     assert left.returncode == 0, left.stdout + left.stderr
+
+
+def what_the_cluster_did(lab: Lab) -> str:
+    """For a failed check: the controllers' last actions and Slurm's node states, so that CI's log tells why."""
+    actions = [f"{e['what']} {e['node'] or ''}: {str(e['after'])[:80]}" for e in audit_entries(lab)[-12:]]
+    sinfo = lab.node("gpu1").run(["sinfo", "-N", "-h", "-o", "%N %T %E"], check=False, timeout=15).stdout
+    return "audit: " + " | ".join(actions) + "\nsinfo: " + " | ".join(sinfo.strip().splitlines())
 
 
 def gameday(ssh: OverSsh, plan: Path, reports: Path, *extra: str) -> subprocess.CompletedProcess:
@@ -136,7 +143,12 @@ def test_every_runbook_is_verified_over_ssh_and_the_driver_rollout_also_through_
     result = ssh.ha_ops("runbook", "verify", "--all", "--inventory", str(ssh.inventory), "--json", timeout=1800)
     reports = json.loads(result.stdout) if result.stdout.strip().startswith("[") else []
     stale = {r["runbook"]: [s for s in r["steps"] if not s["ok"]] for r in reports if r["stale"]}
-    assert result.returncode == 0 and not stale, (stale, result.stderr[-3000:])
+    if result.returncode != 0 or stale:  # printed whole (an assertion's message is cut short in CI's log)
+        for runbook, steps in stale.items():
+            for step in steps:
+                print(f"STALE {runbook}: {step['name']}: {step['detail'][-600:]}")
+        print(result.stderr[-3000:], what_the_cluster_did(flab), sep="\n")
+    assert result.returncode == 0 and not stale, sorted(stale)
     assert {r["runbook"] for r in reports if not r["unverifiable"]} == {
         "driver-rollout-failure", "gpu-failure", "node-loss", "fabric-link-failure", "silent-link-failure",
         "slurm-primary-failure", "remediation-controller-failure", "storage-master-failure", "storage-node-failure",

@@ -186,9 +186,9 @@ ISOLATIONS = {
     "the standby": (["ctl2:eth0"], None),
     "the monitoring node": (["mon1:eth0"], None),
     "one GPU node": (["gpu3:eth0"], "gpu3"),  # alive but unreachable: lost to Slurm and to both controllers
-    # Not yet here: a leaf switch cut off (leaf2's uplinks: ctl2, gpu2, gpu4 cut from the rest). In CI the leader on
-    # ctl1 stepped down once (its side's two agents were both quiet for the lab's 4 s) and once the spare gpu4 was
-    # found lost; see the issue note.
+    # Both uplinks of leaf2 (ctl2, gpu2, gpu4 cut off from the rest): Slurm finds gpu2 and gpu4 not responding, but
+    # their agents still report through the standby on their side, so neither is lost, and neither side is blind.
+    "a leaf switch": (["leaf2:to-spine1", "leaf2:to-spine2"], None),
 }
 
 

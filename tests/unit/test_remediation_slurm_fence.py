@@ -12,19 +12,28 @@ HUNG = [("ctl1", "DOWN"), ("ctl2", "UP")]
 
 def test_a_primary_down_with_the_backup_up_is_fenced_once_after_the_delay() -> None:
     watch = FenceWatch(after_s=10)
-    assert watch.observe(HUNG, 100) is None
-    assert watch.observe(HUNG, 109) is None
-    assert watch.observe(HUNG, 110) == "ctl1"
-    assert watch.observe(HUNG, 130) is None  # once per outage
+    assert watch.observe(HUNG, 100, heard_at=100) is None
+    assert watch.observe(HUNG, 109, heard_at=109) is None
+    assert watch.observe(HUNG, 110, heard_at=110) == "ctl1"
+    assert watch.observe(HUNG, 130, heard_at=130) is None  # once per outage
+
+
+def test_a_leader_that_heard_no_agent_since_the_primary_went_silent_fences_nothing() -> None:
+    # Cut off itself, the leader finds the primary silent and its own host's backup UP: the cluster's reports stop
+    # reaching it at the same moment. Only a report that arrives after the silence began makes the primary the one.
+    watch = FenceWatch(after_s=5)
+    assert watch.observe(HUNG, 106, asked_at=101, heard_at=99.5) is None
+    assert watch.observe(HUNG, 130, asked_at=125, heard_at=99.5) is None  # however long it lasts
+    assert watch.observe(HUNG, 131, asked_at=126, heard_at=130.2) == "ctl1"  # an agent got through: it was the primary
 
 
 def test_a_primary_that_answers_again_is_watched_afresh() -> None:
     watch = FenceWatch(after_s=10)
-    watch.observe(HUNG, 100)
-    assert watch.observe(HUNG, 110) == "ctl1"
-    watch.observe(UP_UP, 120)
-    assert watch.observe(HUNG, 121) is None
-    assert watch.observe(HUNG, 131) == "ctl1"
+    watch.observe(HUNG, 100, heard_at=100)
+    assert watch.observe(HUNG, 110, heard_at=110) == "ctl1"
+    watch.observe(UP_UP, 120, heard_at=120)
+    assert watch.observe(HUNG, 121, heard_at=121) is None
+    assert watch.observe(HUNG, 131, heard_at=131) == "ctl1"
 
 
 def test_no_fence_without_a_backup_up_or_with_a_single_controller() -> None:
@@ -36,10 +45,10 @@ def test_no_fence_without_a_backup_up_or_with_a_single_controller() -> None:
 
 def test_a_blip_resets_the_clock() -> None:
     watch = FenceWatch(after_s=10)
-    watch.observe(HUNG, 100)
-    watch.observe(UP_UP, 105)
-    assert watch.observe(HUNG, 111) is None
-    assert watch.observe(HUNG, 121) == "ctl1"
+    watch.observe(HUNG, 100, heard_at=100)
+    watch.observe(UP_UP, 105, heard_at=105)
+    assert watch.observe(HUNG, 111, heard_at=111) is None
+    assert watch.observe(HUNG, 121, heard_at=121) == "ctl1"
 
 
 # --- how: over ssh, else through the BMC -------------------------------------------------------------------------
@@ -94,5 +103,5 @@ def test_a_primary_ssh_cannot_reach_is_powered_off_through_its_bmc_and_fenced_on
 def test_the_outage_counts_from_when_the_unanswered_ping_was_sent() -> None:
     # A primary cut off answers nothing: the ping returns DOWN only after MessageTimeout (here 5 s).
     watch = FenceWatch(after_s=8)
-    assert watch.observe(HUNG, 105, asked_at=100) is None
-    assert watch.observe(HUNG, 108.5, asked_at=103.5) == "ctl1"  # 8.5 s after the first ping went unanswered
+    assert watch.observe(HUNG, 105, asked_at=100, heard_at=104) is None
+    assert watch.observe(HUNG, 108.5, asked_at=103.5, heard_at=104) == "ctl1"  # 8.5 s after the first unanswered ping
