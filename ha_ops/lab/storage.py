@@ -138,6 +138,9 @@ def prepare(ctx: LabContext) -> None:
     for node in clients(ctx):
         (ctx.node_dir(node) / "mfs").mkdir(exist_ok=True)
     write_atomic(watcher_config_path(ctx), yaml.safe_dump(render_watcher_config(ctx), sort_keys=False))
+    from ha_ops.lab.inventory import write_ssh_inventory  # (it names this module's paths)
+
+    write_ssh_inventory(ctx)  # the master's BMC, for a fence when ssh cannot reach it (also without remediation)
 
 
 def chunk_tmpfs_size_mb(ctx: LabContext) -> int:

@@ -61,7 +61,7 @@ class FenceOutcome:
     said: str  # for the audit log: each step and its result
 
 
-def _last_line(result: CommandResult) -> str:
+def last_line(result: CommandResult) -> str:
     lines = (result.stdout or result.stderr).strip().splitlines()
     return lines[-1][:120] if lines else f"exit {result.returncode}"
 
@@ -78,13 +78,13 @@ def fence_primary(
     try:
         result = run_on(host, ssh_command)
         if result.ok:
-            return FenceOutcome(True, "ssh", f"fenced over ssh: {_last_line(result)}")
-        return FenceOutcome(False, "", f"fence command failed: {_last_line(result)}")  # it answers: no power off
+            return FenceOutcome(True, "ssh", f"fenced over ssh: {last_line(result)}")
+        return FenceOutcome(False, "", f"fence command failed: {last_line(result)}")  # it answers: no power off
     except TransportError as exc:
         unreachable = f"{host} does not answer ssh ({str(exc)[:120]})"
     if power_off_command is None:
         return FenceOutcome(False, "", f"{unreachable}; no power_off_command: left unfenced")
     off = run_here(power_off_command.format(node=host))
     if not off.ok:
-        return FenceOutcome(False, "", f"{unreachable}; power off through its BMC failed: {_last_line(off)}")
-    return FenceOutcome(True, "bmc", f"{unreachable}; powered off through its BMC: {_last_line(off)}")
+        return FenceOutcome(False, "", f"{unreachable}; power off through its BMC failed: {last_line(off)}")
+    return FenceOutcome(True, "bmc", f"{unreachable}; powered off through its BMC: {last_line(off)}")

@@ -31,7 +31,7 @@ from pydantic import Field
 
 from ha_ops.remediation.audit import AuditLog
 from ha_ops.remediation.config import NodeAccess
-from ha_ops.remediation.slurm_fence import fence_primary
+from ha_ops.remediation.slurm_fence import fence_primary, last_line
 from ha_ops.util.atomic import write_atomic
 from ha_ops.util.models import ConfigModel
 from ha_ops.util.proc import CommandResult
@@ -121,11 +121,6 @@ def _split(peer: str) -> tuple[str, int]:
     return (host, int(port)) if host and port.isdigit() else (peer, CHUNKSERVER_PORT)
 
 
-def _last_line(result: CommandResult) -> str:
-    lines = (result.stdout or result.stderr).strip().splitlines()
-    return lines[-1][:160] if lines else f"exit {result.returncode}"
-
-
 class FailoverWatcher:
     def __init__(
         self,
@@ -176,12 +171,9 @@ class FailoverWatcher:
         if self.promoted():
             return "promoted"
         cfg = self.config
-        verdict = self.watch.observe(
-            self.answers(cfg.master_address, cfg.master_port, cfg.probe_timeout_s),
-            self._peers_reached(),
-            len(cfg.peers),
-            self.clock(),
-        )
+        master = self.answers(cfg.master_address, cfg.master_port, cfg.probe_timeout_s)
+        peers = len(cfg.peers) if master else self._peers_reached()  # asked only when the master is silent
+        verdict = self.watch.observe(master, peers, len(cfg.peers), self.clock())
         if verdict != "act" or self.clock() < self.not_before:
             return verdict
         self.failover()
@@ -206,7 +198,7 @@ class FailoverWatcher:
                 return
             self.fenced = True
         result = self.run_here(cfg.promote_command)
-        said = "a master runs here from the metalogger's files" if result.ok else f"failed: {_last_line(result)}"
+        said = "a master runs here from the metalogger's files" if result.ok else f"failed: {last_line(result)}"
         self._audit("promote_metalogger", f"{cfg.master_host} fenced", "metalogger", said)
         if not result.ok:
             log.error("promotion failed (tried again in %g s): %s", cfg.retry_s, said)

@@ -103,7 +103,11 @@ def test_a_killed_master_is_replaced_without_a_human_no_file_lost_and_slurm_keep
     print(f"master killed -> reads and writes served again after {time.monotonic() - killed:.1f} s, no human")
     assert slab.state().storage_master == "mfsml"
     audit = storage.watcher_state_dir(slab.ctx) / "audit.jsonl"
-    entries = [json.loads(line) for line in audit.read_text().splitlines()]
+    # The promotion is audited once `mfsmaster -a` returned, which waits for every chunkserver: clients may be
+    # served a moment before that.
+    entries = wait_for("the promotion audited", lambda: len(lines := audit.read_text().splitlines()) >= 2 and lines,
+                       timeout=30, interval=0.1)  # fmt: skip
+    entries = [json.loads(line) for line in entries]
     assert [(e["what"], e["node"]) for e in entries] == [("fence_storage_master", "mfsm"),
                                                          ("promote_metalogger", "mfsm")], entries  # fmt: skip
     assert entries[0]["after"].startswith("fenced over ssh") and verify(audit) == []

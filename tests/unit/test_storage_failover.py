@@ -12,6 +12,7 @@ from ha_ops.errors import TransportError
 from ha_ops.remediation.audit import verify
 from ha_ops.storage.failover import FailoverConfig, FailoverWatcher, MasterWatch
 from ha_ops.util.proc import CommandResult
+from tests.unit.test_remediation_slurm_fence import Ops
 
 # --- when: pure --------------------------------------------------------------------------------------------------
 
@@ -42,26 +43,21 @@ def _failed(text: str) -> CommandResult:
     return CommandResult(["sh"], 1, "", text)
 
 
-class Site:
-    """The cluster as the watcher sees it: which ports answer, what each command returns, what ran in order."""
+class Site(Ops):
+    """The cluster as the watcher sees it: which ports answer, what each command returns, what ran in order (ssh to
+    the master's host as the Slurm fence's tests have it; here, the BMC's power off or the promotion)."""
 
     def __init__(self, ssh: CommandResult | Exception = _ok("fenced"), power: CommandResult = _ok("off"),
                  promote: CommandResult = _ok("promoted")) -> None:  # fmt: skip
+        super().__init__(ssh, power)
         self.master_up, self.peers_up = True, 3
-        self.ssh, self.power, self.promote = ssh, power, promote
-        self.ran: list[str] = []
+        self.power, self.promote = power, promote
         self.now = 1000.0
 
     def answers(self, address: str, port: int, timeout: float) -> bool:
         if port == 9421:
             return self.master_up
         return int(address.rsplit(".", 1)[1]) - 10 < self.peers_up  # peers .10, .11, .12
-
-    def run_on(self, host: str, command: str) -> CommandResult:
-        self.ran.append(f"ssh {host}: {command}")
-        if isinstance(self.ssh, Exception):
-            raise self.ssh
-        return self.ssh
 
     def run_here(self, command: str) -> CommandResult:
         self.ran.append(f"here: {command}")
