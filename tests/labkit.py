@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -136,13 +135,33 @@ def call_controller(lab: Lab, node: str, path: str, body: bytes | None = None) -
         return status, {"raw": raw.decode(errors="replace")}
 
 
+def on_controller_storage(lab: Lab, script: str, *args: str) -> str:
+    """Run `sh -c script` on the controllers' shared state folder ($1, then args) as a node sees it. On MooseFS (the
+    full lab) through a node's own mount: the first of the storage's clients that answers within 3 s, since a node
+    cut off from the network hangs on it; else the host folder every node shares."""
+    from ha_ops.errors import TransportError
+    from ha_ops.lab import storage
+    from ha_ops.lab.controllers import state_dir
+
+    argv = ["sh", "-c", script, "sh", str(state_dir(lab.ctx)), *args]
+    if not storage.enabled(lab.ctx):
+        return subprocess.run(argv, capture_output=True, text=True, check=True, timeout=30).stdout
+    # A node powered off (its mfsmount gone) would show an empty folder: only a live mount counts.
+    argv[2] = f"mountpoint -q {storage.MOUNT} || exit 4; {script}"
+    problems = []
+    for node in storage.clients(lab.ctx):
+        try:
+            return lab.transport(node).run(argv, timeout=3).stdout
+        except TransportError as e:
+            problems.append(f"{node}: {e}")
+    raise AssertionError(f"no node reads the controllers' state on MooseFS: {problems}")
+
+
 def audit_entries(lab: Lab) -> list[dict]:
     import json
 
-    from ha_ops.lab.controllers import state_dir
-
-    path = state_dir(lab.ctx) / "audit.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+    text = on_controller_storage(lab, '[ ! -e "$1/audit.jsonl" ] || cat "$1/audit.jsonl"')
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
 def bmc_resets(lab: Lab) -> list[tuple[str, str]]:
@@ -157,7 +176,6 @@ def bmc_resets(lab: Lab) -> list[tuple[str, str]]:
 def reset_remediation(lab: Lab) -> None:
     """Tests start from a clean cluster: healthy GPUs, no jobs, spares out, every node in service, and controllers
     with no history (a fresh state, lease and audit log)."""
-    from ha_ops.lab.controllers import state_dir
     from ha_ops.schedulers.slurm import Slurm
     from ha_ops.util.wait import wait_for
 
@@ -174,9 +192,7 @@ def reset_remediation(lab: Lab) -> None:
     for node in gpu_nodes:
         if slurm.node(node.name).drained:
             slurm.resume(node.name)
-    for name in ("state.json", "lease.json", "lease.token", "audit.jsonl"):
-        (state_dir(lab.ctx) / name).unlink(missing_ok=True)
-    shutil.rmtree(state_dir(lab.ctx) / "views", ignore_errors=True)
+    on_controller_storage(lab, 'cd "$1" && rm -rf state.json lease.json lease.token terms audit.jsonl views')
     for node in controller_nodes(lab):
         lab.node(node).start("controller")
     wait_for("a controller leads", lambda: leader(lab), timeout=15, interval=0.1)

@@ -74,6 +74,11 @@ def status(
     if state is None:
         output.result(f"{data.get('id')} is standby; the leader is {data.get('leader_name') or 'unknown'}")
         return
+    lease = data.get("lease")
+    if lease:  # read from the shared state: who holds the lease, in which term
+        output.result(f"lease: {lease.get('holder') or 'nobody'} (token {lease.get('token')})")
+    elif data.get("leader_name"):
+        output.result(f"leader: {data['leader_name']}")
     breaker = state["breaker"]
     output.result(f"circuit breaker: {'OPEN: ' + breaker['reason'] if breaker['open'] else 'closed'}")
     for alert in state.get("storage_alerts", {}):

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import yaml
 
+from ha_ops.lab import storage
 from ha_ops.lab.context import LabContext, ServiceDef
 from ha_ops.lab.paths import NODE_DIR
 from ha_ops.lab.sshd import client_key, known_hosts
@@ -24,6 +25,11 @@ _LAB_FENCE = (
 
 
 def state_dir(ctx: LabContext) -> Path:
+    """The controllers' shared state (lease, state, audit log) as the controller nodes see it. On MooseFS where the lab
+    has it, so that the lease is held across hosts through the storage's own locks (mfsmount's global flock) and a
+    controller cut off from the network loses it as on a real cluster; else a host folder every node shares."""
+    if storage.enabled(ctx):
+        return storage.controller_state_dir()
     return ctx.paths.shared / "controller"
 
 
@@ -110,7 +116,8 @@ def prepare(ctx: LabContext) -> None:
         return
     from ha_ops.lab.inventory import write_ssh_inventory
 
-    state_dir(ctx).mkdir(parents=True, exist_ok=True)
+    if not storage.enabled(ctx):  # (on MooseFS it is made once the storage is mounted: lab.storage_ops.ensure)
+        state_dir(ctx).mkdir(parents=True, exist_ok=True)
     write_ssh_inventory(ctx)  # the nodes' BMCs, for the power cycle
     for n in ctx.layout.nodes_with_role("controller"):
         config_path(ctx, n.name).write_text(yaml.safe_dump(render_config(ctx, n.name), sort_keys=False))

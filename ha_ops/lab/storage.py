@@ -64,6 +64,11 @@ def checkpoint_dir() -> Path:
     return MOUNT / "checkpoints"
 
 
+def controller_state_dir() -> Path:
+    """The remediation controllers' lease, state and audit log: on the replicated storage, as on a real cluster."""
+    return MOUNT / "ha-ops-controller"
+
+
 def _data(ctx: LabContext, node: str) -> Path:
     return ctx.node_dir(node) / "mfs-data"
 

@@ -78,7 +78,8 @@ def ensure(lab: Lab, state: LabState) -> None:
         )
     assert ctx.spec.storage is not None
     first = _transport(state, storage.clients(ctx)[0])
-    first.run(["mkdir", "-p", str(storage.slurm_state_dir()), str(storage.checkpoint_dir())])
+    first.run(["mkdir", "-p", str(storage.slurm_state_dir()), str(storage.checkpoint_dir()),
+               str(storage.controller_state_dir())])  # fmt: skip
     first.run(["mfssetgoal", "-r", str(ctx.spec.storage.replicas), str(storage.MOUNT)], timeout=30)
     first.run(["mfssettrashtime", "-r", "0", str(storage.MOUNT)], timeout=30)
 

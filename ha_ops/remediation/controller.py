@@ -70,7 +70,8 @@ class Controller:
     # --- leadership -----------------------------------------------------------------------------------------
     @property
     def is_leader(self) -> bool:
-        return self.token is not None and self.state is not None
+        # Past its last renewal's expiry it says so at once, even while a renewal hangs on storage it cannot reach.
+        return self.token is not None and self.state is not None and self.lease.current()
 
     def leader_name(self) -> str:
         record = self.lease.read()

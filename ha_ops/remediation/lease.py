@@ -1,14 +1,21 @@
 """Leader election by a lease on shared storage, with a fencing token.
 
-The lease file (JSON: holder, token, expires_at) is read and written only under an exclusive flock on a lock
-file beside it. A controller takes the lease when it is free or expired; the token grows by one at every change of
-holder. Every action the leader takes is preceded by `check(token)`: the lease must still name this controller with
-that token and have at least `margin` seconds left. A frozen leader that wakes up finds another holder (or its own
-lease expired) and acts on nothing. The margin bounds the window between the check and the action; actions are
-idempotent, so an action repeated by the next leader does no harm.
+The lease file (JSON: holder, token, expires_at) names the leader. A controller takes the lease when it is free or
+expired; the token grows by one at every change of holder. Every action the leader takes is preceded by
+`check(token)`: the lease must still name this controller with that token, no later term may have been claimed, and
+at least `margin` seconds must be left. A frozen leader that wakes up finds another holder (or its own lease expired)
+and acts on nothing. The margin bounds the window between the check and the action; actions are idempotent, so an
+action repeated by the next leader does no harm.
 
-A torn or corrupt lease file is treated as free, but the token still only grows: every new token is first recorded
-in a high-water file beside the lease (`lease.token`), so a token of a deposed term is never issued again.
+Each term is claimed once, across hosts, by creating its claim file `terms/<token>` with link(2): the storage's
+metadata server makes that atomic (MooseFS' master, an NFS server), and it fails for every controller but one. No
+lock is held on the shared storage: a controller cut off from the network while holding one would keep it (MooseFS
+keeps a vanished client's flocks for its session's lifetime) and hold the other controller off for good. Within one
+process the lease is read and written under a lock, so that its threads see one term at a time.
+
+A torn or corrupt lease file is treated as free, but the token still only grows: every new token is first claimed,
+and recorded in a high-water file beside the lease (`lease.token`), so a token of a deposed term is never issued
+again.
 
 In a Slurm-only cluster the shared storage is the one holding Slurm's StateSaveLocation; a cluster with
 Kubernetes can use a coordination.k8s.io Lease with the same semantics (holderIdentity, leaseTransitions as token).
@@ -16,9 +23,10 @@ Kubernetes can use a coordination.k8s.io Lease with the same semantics (holderId
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
+import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
@@ -27,6 +35,18 @@ from pathlib import Path
 
 from ha_ops.errors import HaOpsError
 from ha_ops.util.atomic import write_atomic
+
+KEEP_CLAIMS = 16  # term claims older than this many terms are removed when a term is won
+
+_process_locks: dict[Path, threading.RLock] = {}
+_process_locks_guard = threading.Lock()
+
+
+def _process_lock(directory: Path) -> threading.RLock:
+    """One lock per lease folder in this process: every Lease object on it (and each thread) takes turns."""
+    key = directory.resolve()
+    with _process_locks_guard:
+        return _process_locks.setdefault(key, threading.RLock())
 
 
 class LeaseLost(HaOpsError):
@@ -49,26 +69,25 @@ class Lease:
         margin_s: float = 0.5,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self.path = Path(directory) / "lease.json"
-        self.lock_path = Path(directory) / "lease.lock"
-        self.high_water_path = Path(directory) / "lease.token"  # the highest token ever issued
+        self.directory = Path(directory)
+        self.path = self.directory / "lease.json"
+        self.claims = self.directory / "terms"  # terms/<token>: who claimed each term, created once by link(2)
+        self.high_water_path = self.directory / "lease.token"  # the highest token ever issued
         self.me = me
         self.ttl_s = ttl_s
         self.margin_s = margin_s
         self.clock = clock
         self.token: int | None = None  # set while this controller believes it leads
+        # Until when the last renewal holds, on this controller's own clock: past it, a leader whose renewals hang
+        # (storage cut off with it) knows it no longer leads without reading anything.
+        self.renewed_until = 0.0
         self._highest_seen = 0
 
     @contextmanager
     def _locked(self) -> Iterator[None]:
-        self.lock_path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        with _process_lock(self.directory):
             yield
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-            os.close(fd)
 
     def read(self) -> LeaseRecord | None:
         try:
@@ -79,12 +98,39 @@ class Lease:
         except (OSError, ValueError, KeyError, TypeError):
             return None  # a torn or corrupt lease is treated as free: the token still only grows
 
+    def _claimed(self, token: int) -> bool:
+        # A lookup, not a directory listing: a client's cached listing (MooseFS keeps one for a second) may be stale.
+        return (self.claims / str(token)).exists()
+
     def _highest_token(self, record: LeaseRecord | None) -> int:
-        """The highest token issued so far: from the lease, the high-water file and this process's memory."""
+        """The highest token issued or claimed so far: from the lease, the high-water file, this process's memory
+        and the claims above them."""
         highest = max(record.token if record else 0, self._highest_seen)
         with suppress(OSError, ValueError):  # missing (before the first election) or damaged: the others count
             highest = max(highest, int(self.high_water_path.read_text().strip()))
+        while self._claimed(highest + 1):
+            highest += 1
         return highest
+
+    def _claim(self, token: int) -> bool:
+        """Claim term `token` for this controller: True for exactly one claimant, on any host."""
+        self.claims.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".claim-{token}.", dir=self.claims)
+        try:
+            with os.fdopen(fd, "w") as handle:
+                handle.write(json.dumps({"holder": self.me, "at": self.clock()}))
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.link(tmp, self.claims / str(token))
+            return True
+        except FileExistsError:
+            return False
+        finally:
+            Path(tmp).unlink(missing_ok=True)
+
+    def _forget_old_claims(self, token: int) -> None:
+        for old in range(max(1, token - KEEP_CLAIMS - 8), token - KEEP_CLAIMS):
+            (self.claims / str(old)).unlink(missing_ok=True)
 
     def acquire_or_renew(self) -> bool:
         """Take the lease if free/expired, renew it if ours. Returns True while this controller leads."""
@@ -101,15 +147,25 @@ class Lease:
                 and record.holder == self.me
                 and record.token == self.token
                 and record.expires_at > now
+                and not self._claimed(record.token + 1)
             ):
                 token = record.token
             else:
                 token = self._highest_token(record) + 1
+                self._highest_seen = max(self._highest_seen, token)
+                if not self._claim(token):  # another controller claimed this term first
+                    self.token = None
+                    return False
                 write_atomic(self.high_water_path, str(token))  # before the lease names it
-            self._highest_seen = max(self._highest_seen, token)
+                self._forget_old_claims(token)
             write_atomic(self.path, json.dumps({"holder": self.me, "token": token, "expires_at": now + self.ttl_s}))
             self.token = token
+            self.renewed_until = now + self.ttl_s
             return True
+
+    def current(self) -> bool:
+        """Whether this controller's term is still within its last renewal: a cheap check, no storage read."""
+        return self.token is not None and self.clock() < self.renewed_until
 
     def check(self, token: int) -> None:
         """Raise LeaseLost unless this controller still holds the lease with `token`, with margin to spare."""
@@ -118,14 +174,18 @@ class Lease:
 
     @contextmanager
     def fenced(self, token: int) -> Iterator[None]:
-        """Hold the lease lock while verifying `token`, and keep holding it for the caller's write."""
+        """Verify `token` and hold this process's lease lock for the caller's write: no renewal or takeover by this
+        process meanwhile, and no other controller's before the lease expires (the margin)."""
         with self._locked():
             record = self.read()
             now = self.clock()
-            if record is None or record.holder != self.me or record.token != token:
+            if record is None or record.holder != self.me or record.token != token or self._claimed(token + 1):
                 if record is None or record.holder != self.me or record.token != self.token:
                     self.token = None  # (a stale token checked by an old thread does not end the current term)
                 holder = f"{record.holder} (token {record.token})" if record else "nobody"
+                if record is not None and record.holder == self.me and record.token == token:
+                    self.token = None
+                    holder = f"a controller that claimed term {token + 1}"
                 raise LeaseLost(f"{self.me} with token {token} is not the leader; the lease is held by {holder}")
             if record.expires_at - now < self.margin_s:
                 raise LeaseLost(f"{self.me}'s lease has {record.expires_at - now:.2f} s left, under the margin")
@@ -137,3 +197,4 @@ class Lease:
             if record is not None and record.holder == self.me:
                 write_atomic(self.path, json.dumps({"holder": "", "token": record.token, "expires_at": 0}))
             self.token = None
+            self.renewed_until = 0.0

@@ -250,3 +250,58 @@ def test_load_refuses_a_damaged_file_naming_it(tmp_path: Path, clock: Clock, con
         StateStore(path, a).load()
     assert str(path) in str(info.value)
     assert info.value.exit_code == 3
+
+
+# --- across hosts: each term claimed once, no lock held on the shared storage -----------------------------------
+def claim_from_another_host(directory: Path, token: int, holder: str = "ctl2") -> None:
+    """What a controller on another host leaves after claiming a term, before it writes the lease."""
+    (directory / "terms").mkdir(exist_ok=True)
+    (directory / "terms" / str(token)).write_text(json.dumps({"holder": holder, "at": 0}))
+
+
+def test_a_term_claimed_elsewhere_is_never_issued_again(tmp_path: Path, clock: Clock) -> None:
+    a, _ = pair(tmp_path, clock)
+    assert a.acquire_or_renew() and a.token == 1
+    clock.now += 3.0
+    claim_from_another_host(tmp_path, 2)  # ctl2 won term 2 but has not written the lease yet
+    assert a.acquire_or_renew() and a.token == 3  # the next free term, not 2
+    assert json.loads((tmp_path / "terms" / "3").read_text())["holder"] == "ctl1"
+
+
+def test_a_later_claim_deposes_the_holder_before_its_lease_says_so(tmp_path: Path, clock: Clock) -> None:
+    a, _ = pair(tmp_path, clock)
+    a.acquire_or_renew()
+    claim_from_another_host(tmp_path, 2)  # its renewal raced a takeover: the lease may still name ctl1
+    with pytest.raises(LeaseLost, match="claimed term 2"):
+        a.check(1)
+    assert a.token is None
+    assert a.acquire_or_renew() and a.token == 3  # it may lead again, in a term of its own
+
+
+def test_two_claimants_of_one_term_one_wins(tmp_path: Path, clock: Clock) -> None:
+    a, b = pair(tmp_path, clock)
+    assert a._claim(7) and not b._claim(7)
+    assert json.loads((tmp_path / "terms" / "7").read_text())["holder"] == "ctl1"
+    assert [p.name for p in (tmp_path / "terms").iterdir()] == ["7"]  # no temporary file left behind
+
+
+def test_no_lock_is_left_on_the_shared_storage_and_old_claims_go(tmp_path: Path, clock: Clock) -> None:
+    a, b = pair(tmp_path, clock)
+    for _ in range(40):
+        clock.now += 3.0
+        assert (a if clock.now % 2 else b).acquire_or_renew()
+    assert not list(tmp_path.glob("*.lock"))
+    claims = sorted(int(p.name) for p in (tmp_path / "terms").iterdir())
+    assert claims[-1] == 40 and len(claims) <= 16 + 8
+
+
+def test_controller_status_from_the_shared_state_names_the_lease_holder(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from ha_ops.cli.main import app
+
+    a, b = pair(tmp_path, Clock(time.time()))
+    assert a.acquire_or_renew() and not b.acquire_or_renew()
+    StateStore(tmp_path / "state.json", a).save(ControllerState(), 1)
+    done = CliRunner().invoke(app, ["controller", "status", "--state-dir", str(tmp_path)], catch_exceptions=False)
+    assert done.exit_code == 0 and "lease: ctl1 (token 1)" in done.output, done.output

@@ -325,8 +325,9 @@ def test_a_deposed_leader_answers_503_and_writes_nothing(
     clock.now += 3.0  # the leader froze; ctl2 took over
     other = make_controller(tmp_path / "shared", "ctl2", clock)
     other.lease_step()
-    assert other.is_leader and leader.is_leader  # ctl1 has not noticed
+    assert other.is_leader and leader.token is not None  # ctl1 has not looked at the lease since
     before = api.files()
     status, body, _ = api.call("/v1/reports", report_body())
-    assert status == 503 and "not the leader" in body["error"]
+    # Its renewal has run out on its own clock: it answers as a standby, naming the holder it reads.
+    assert status == 503 and body == {"error": "standby", "leader": "ctl2"}
     assert api.files() == before
