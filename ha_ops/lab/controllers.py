@@ -26,8 +26,8 @@ _LAB_FENCE = (
 
 def state_dir(ctx: LabContext) -> Path:
     """The controllers' shared state (lease, state, audit log) as the controller nodes see it. On MooseFS where the lab
-    has it, so that the lease is held across hosts through the storage's own locks (mfsmount's global flock) and a
-    controller cut off from the network loses it as on a real cluster; else a host folder every node shares."""
+    has it, so that the lease is held across hosts (terms claimed through the master) and a controller cut off from
+    the network loses it as on a real cluster; else a host folder every node shares."""
     if storage.enabled(ctx):
         return storage.controller_state_dir()
     return ctx.paths.shared / "controller"
