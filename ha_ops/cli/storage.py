@@ -72,7 +72,7 @@ def watch(
     if dry_run:
         cfg = cfg.model_copy(update={"dry_run": True})
     logging.getLogger("ha_ops").setLevel(logging.INFO)
-    ops = SshNodeOps(cfg.access.model_copy(update={"command_timeout_s": cfg.command_timeout_s}))
+    ops = SshNodeOps(cfg.access)
     # ssh gets access.connect_timeout_s to reach the master's host: a cut-off one costs that long before its BMC.
     watcher = FailoverWatcher(cfg, ops.run_command, ops.run_here)
     for sig in (signal.SIGTERM, signal.SIGINT):

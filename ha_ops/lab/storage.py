@@ -228,13 +228,13 @@ def render_watcher_config(ctx: LabContext) -> dict:
         # The announcement in the background: its first packet leaves at once, and arping waits a second per packet.
         "promote_command": f"systemctl stop moosefs-metalogger && ip addr replace {address} dev eth0 && "
         f"{{ arping -q -U -c 2 -I eth0 {bare} >/dev/null 2>&1 & }} && mfsmaster -a",
-        "command_timeout_s": 60.0,
         "state_dir": str(watcher_state_dir(ctx)),
         "access": {
             "ssh_user": "root",
             "ssh_key": str(client_key(ctx)),
             "known_hosts": str(known_hosts(ctx)),
             "connect_timeout_s": 2.0,
+            "command_timeout_s": 60.0,
         },
     }
 

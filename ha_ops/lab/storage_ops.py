@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING
 from ha_ops.errors import LabError
 from ha_ops.lab import netns, process, storage
 from ha_ops.lab.fabric import HOST_IF
-from ha_ops.lab.node import LabNode
 from ha_ops.lab.state import LabState
 from ha_ops.storage import checks
 from ha_ops.storage.moosefs import MooseFS
@@ -120,25 +119,21 @@ def storage_checks(lab: Lab) -> checks.StorageChecks:
 
 
 def promote_metalogger(lab: Lab) -> float:
-    """Master loss: fence the old master, move the master's address to the metalogger's node and start a master
-    there from the metalogger's metadata and change logs. Clients keep their mounts. Returns seconds taken."""
+    """Master loss, by hand: what the storage watcher does without one, with its own commands (the runbook's steps
+    on a lab node: systemctl and `mfsmaster -a` are the lab's shims). The old master is fenced (masked, its address
+    dropped), then the metalogger's node takes the address, announces it and starts a master from the metalogger's
+    files; clients keep their mounts. Returns seconds taken."""
     import time
 
     start = time.monotonic()
-    ctx = lab.ctx
     state = lab.state()
-    old, new = current_master(lab, state), storage.metalogger_node(ctx)
+    old, new = current_master(lab, state), storage.metalogger_node(lab.ctx)
     if old == new:
         raise LabError(f"the master already runs on the metalogger's node {new}")
-    address = f"{storage.master_address(ctx)}/24"
-    # Fence: the old master must never serve again (it may be frozen or cut off, not dead).
-    LabNode(lab, old).mask("mfsmaster", now=True)
-    netns.ip("addr", "del", address, "dev", HOST_IF, netns=ctx.netns(old), check=False)
-    netns.ip("addr", "replace", address, "dev", HOST_IF, netns=ctx.netns(new))
-    # Neighbours still hold the old master's MAC for the address: forget it everywhere in the lab.
-    for node in state.nodes.values():
-        netns.ip("neigh", "flush", "to", str(storage.master_address(ctx)), netns=node.netns, check=False)
-    start_restored_master(lab, new)
+    commands = storage.render_watcher_config(lab.ctx)
+    # Fence first: the old master must never serve again (it may be frozen or cut off, not dead).
+    lab.transport(old).run(["sh", "-c", commands["fence_command"]], timeout=60)
+    lab.transport(new).run(["sh", "-c", commands["promote_command"]], timeout=120)
     return time.monotonic() - start
 
 

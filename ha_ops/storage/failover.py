@@ -75,7 +75,6 @@ class FailoverConfig(ConfigModel):
         description="Run here once the master is fenced: the metalogger stopped, the service address added and "
         "announced, a master started from the metalogger's files (mfsmaster -a).",
     )
-    command_timeout_s: float = Field(120.0, gt=0)
     state_dir: Path = Field(description="Local disk (not the shared storage): the audit log and the promoted mark.")
     access: NodeAccess = NodeAccess()
     dry_run: bool = Field(False, description="Decide and audit; fence and promote nothing.")
