@@ -2,21 +2,41 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Callable, Iterator
 
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from ha_ops.storage.moosefs import MooseFS
+from ha_ops.storage.moosefs import MooseFS, StorageHealth
 
 
 class StorageCollector(Collector):
-    def __init__(self, fs: MooseFS, expected_chunkservers: int = 0) -> None:
+    def __init__(
+        self,
+        fs: MooseFS,
+        expected_chunkservers: int = 0,
+        fresh_s: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.fs = fs
         self.expected = expected_chunkservers
+        self.fresh_s = fresh_s
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._last: tuple[float, StorageHealth] | None = None
+
+    def _health(self) -> StorageHealth:
+        """One read of the master at a time, reused for `fresh_s`: scrapes that arrive while one read is slow wait
+        for it instead of each starting another (they piled up to 13 s a scrape on a busy machine)."""
+        with self._lock:
+            if self._last is None or self.clock() - self._last[0] >= self.fresh_s:
+                self._last = (self.clock(), self.fs.health())
+            return self._last[1]
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        health = self.fs.health()
+        health = self._health()
         yield GaugeMetricFamily(
             "ha_ops_storage_master_up", "1 while the MooseFS master answers", value=float(health.master_up)
         )
