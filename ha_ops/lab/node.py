@@ -114,7 +114,13 @@ class LabNode:
                 raise UnitMasked(f"{self.name}/{service} is masked: nothing starts it until it is unmasked")
             svc.pid = self.lab._spawn(state, svc)
             state.save(self.lab.paths.state_file)
-            return svc.pid
+        if service == "mfsmount":
+            # Services started after it (a power cycle starts them in order) keep files on it: the controller's lease
+            # and state. Started before the file system is mounted, they would find the dead mount or the bare folder.
+            from ha_ops.lab.storage_ops import wait_mounted
+
+            wait_mounted(self.lab, self.name)
+        return svc.pid
 
     def restart(self, service: str) -> int:
         self.stop(service)

@@ -66,21 +66,25 @@ def ensure(lab: Lab, state: LabState) -> None:
     lab._ensure_services(state, storage.mount_services(ctx))
     lab._ensure_services(state, [storage.exporter_service(ctx)])
     for node in storage.clients(ctx):
-        t = _transport(state, node)
-        wait_for(
-            f"MooseFS mounted on {node}",
-            lambda t=t: (
-                t.run(["stat", "-f", "-c", "%T", str(storage.MOUNT)], check=False).stdout.strip().startswith("fuse")
-            ),
-            timeout=20,
-            interval=0.1,
-        )
+        wait_mounted(lab, node, state)
     assert ctx.spec.storage is not None
     first = _transport(state, storage.clients(ctx)[0])
     first.run(["mkdir", "-p", str(storage.slurm_state_dir()), str(storage.checkpoint_dir()),
                str(storage.controller_state_dir())])  # fmt: skip
     first.run(["mfssetgoal", "-r", str(ctx.spec.storage.replicas), str(storage.MOUNT)], timeout=30)
     first.run(["mfssettrashtime", "-r", "0", str(storage.MOUNT)], timeout=30)
+
+
+def wait_mounted(lab: Lab, node: str, state: LabState | None = None) -> None:
+    """Until the node's mfsmount has mounted the file system (a FUSE mount that answers)."""
+    t = _transport(state or lab.state(), node)
+    wait_for(
+        f"MooseFS mounted on {node}",
+        lambda: t.run(["stat", "-f", "-c", "%T", str(storage.MOUNT)], check=False, timeout=5).stdout.strip()
+        .startswith("fuse"),
+        timeout=20,
+        interval=0.1,
+    )  # fmt: skip
 
 
 # --- checks and fault handles used by tests, chaos activities and runbooks ---------------------------------
