@@ -78,7 +78,9 @@ def render_config(ctx: LabContext, node: str) -> dict:
         },
         "ladder": LAB_LADDER,
         "node_poll_s": 1.0,
-        "agent_silence_s": 10.0,  # the lab's agents report every 5 s
+        # The lab's agents report every 5 s, each report 1 s late when it first tries a controller cut off from it:
+        # at 10 s a leaf cut off had its nodes found lost in 2 of 4 runs on a busy machine (reports starved of CPU).
+        "agent_silence_s": 15.0,
         # Over one agent's heartbeat (5 s) plus its report's timeout to a cut-off controller (1 s) and a sweep: a
         # controller that hears only its own side's agents (a leaf cut off) hears each of them within it. At 4 s the
         # leader on a cut-off leaf's other side stepped down when its side's two agents were quiet for 4 s.
