@@ -82,11 +82,12 @@ class Lease:
         # (storage cut off with it) knows it no longer leads without reading anything.
         self.renewed_until = 0.0
         self._highest_seen = 0
+        self._lock = _process_lock(self.directory)  # found once: resolving the path is I/O on shared storage
 
     @contextmanager
     def _locked(self) -> Iterator[None]:
         self.directory.mkdir(parents=True, exist_ok=True)
-        with _process_lock(self.directory):
+        with self._lock:
             yield
 
     def read(self) -> LeaseRecord | None:
@@ -179,13 +180,13 @@ class Lease:
         with self._locked():
             record = self.read()
             now = self.clock()
-            if record is None or record.holder != self.me or record.token != token or self._claimed(token + 1):
-                if record is None or record.holder != self.me or record.token != self.token:
-                    self.token = None  # (a stale token checked by an old thread does not end the current term)
-                holder = f"{record.holder} (token {record.token})" if record else "nobody"
-                if record is not None and record.holder == self.me and record.token == token:
+            named = record is not None and record.holder == self.me and record.token == token
+            if not named or self._claimed(token + 1):
+                # (a stale token checked by an old thread does not end the current term; a later claim ends it)
+                if named or record is None or record.holder != self.me or record.token != self.token:
                     self.token = None
-                    holder = f"a controller that claimed term {token + 1}"
+                holder = f"a controller that claimed term {token + 1}" if named else (
+                    f"{record.holder} (token {record.token})" if record else "nobody")  # fmt: skip
                 raise LeaseLost(f"{self.me} with token {token} is not the leader; the lease is held by {holder}")
             if record.expires_at - now < self.margin_s:
                 raise LeaseLost(f"{self.me}'s lease has {record.expires_at - now:.2f} s left, under the margin")
