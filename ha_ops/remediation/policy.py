@@ -9,7 +9,8 @@ Per node (see model.NodePhase):
 - a node that fails again on probation, or that flapped `max_flaps` times within the flap window, starts higher:
   a flapping GPU climbs the ladder instead of looping through drain and resume;
 - spares leave the main partition again once the node they stood in for is back and they are idle;
-- a lost node (Slurm marks it DOWN or not responding, and its agent is silent to every controller: two observers)
+- a lost node (Slurm marks it DOWN or not responding, and its agent is silent to every controller: two observers;
+  the silence counted from when the leader began to lead at the earliest)
   is taken out like an unhealthy one, starting at the reboot rung; the safety gate still applies, so a Slurm glitch
   that marks many nodes down trips the breaker;
 - a node an agent drained itself (no controller accepted its report in time) is adopted: taken out of service as if
@@ -297,7 +298,9 @@ def on_tick(
         if not slurm_state:
             continue  # no fresh node states this tick
         view = views.get(rec.name, NodeView())
-        heard = max(rec.last_report.at if rec.last_report else 0.0, view.heard_at)
+        # Silence is what this leader observed: one that took over a moment ago (a failover, or a fresh state) has not
+        # yet given the agents a heartbeat to reach it, so it counts from when it began to lead, never from before.
+        heard = max(rec.last_report.at if rec.last_report else 0.0, view.heard_at, state.leading_since)
         silent = now - heard > config.agent_silence_s
         lost = node_lost(slurm_state, silent)
         # Act when a node is found lost (or again while its cordon waits for the rate limit), not on every poll: a

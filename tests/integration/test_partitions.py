@@ -215,7 +215,8 @@ def test_a_single_isolation_gives_the_expected_single_action_or_none(isolation: 
         node, interface = cut.split(":")
         lab.node(node).link_down(interface)
     # Past Slurm's SlurmdTimeout (5 s): a controller deciding on Slurm's word alone would have acted by now. A node
-    # found lost needs its agent silent too (10 s), then its fence, waited for below.
+    # found lost needs its agent silent too (15 s, counted from when the leader began to lead), then its fence,
+    # waited for below.
     time.sleep(12.0)
     if expected:  # then fenced: power-cycled through its BMC, since ssh cannot reach it
         wait_for(f"{expected} fenced", lambda: [e for e in audit_entries(lab) if e["what"] == "reboot_node"],

@@ -648,6 +648,20 @@ def test_not_responding_is_lost_only_once_the_agent_is_silent_too() -> None:
     assert ("drain", "n1") in kinds(out) and "agent is silent" in sim.node().reason
 
 
+def test_a_new_leader_finds_a_node_lost_only_after_listening_for_the_silence_itself() -> None:
+    # Seen in the lab: controllers restarted with a fresh state, the new leader had heard nothing from a node yet
+    # (its agent's last report went to the controller now restarted) and took it out the moment Slurm said idle*.
+    sim = Sim()
+    sim.advance(100)
+    sim.state.leading_since = sim.now
+    sim.advance(1)
+    assert sim.tick({"n1": NodeView(state="idle*")}).intents == []  # never heard, but only listening for 1 s
+    assert not sim.node().lost
+    sim.advance(sim.config.agent_silence_s)
+    out = sim.tick({"n1": NodeView(state="idle*")})
+    assert ("drain", "n1") in kinds(out) and "agent is silent" in sim.node().reason
+
+
 @pytest.mark.parametrize("slurm_state", ["down", "down*", "idle*"])
 def test_a_node_whose_agent_still_reports_through_the_other_controller_is_not_lost(slurm_state: str) -> None:
     # A Slurm primary cut off from the network finds every node not responding: Slurm alone never decides a loss.
