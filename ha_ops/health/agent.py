@@ -33,7 +33,8 @@ from ha_ops.health.config import AgentConfig
 from ha_ops.health.exporter import AgentCollector
 from ha_ops.health.model import HealthState, Verdict
 from ha_ops.health.report import AgentReport, build_report
-from ha_ops.schedulers.slurm import AGENT_REASON_PREFIX, Slurm
+from ha_ops.schedulers.base import AGENT_REASON_PREFIX
+from ha_ops.schedulers.slurm import Slurm
 from ha_ops.util.atomic import write_atomic
 
 log = logging.getLogger(__name__)

@@ -237,7 +237,7 @@ class Controller:
             states, self._fresh_states = self._fresh_states, {}  # each poll's states are acted on once
             polled_at = self._polled_at
         if states or any(r.phase in out or (r.spare and r.in_main) for r in self.state.nodes.values()):
-            for job in self.executor.slurm.jobs():
+            for job in self.executor.scheduler.jobs():
                 if job.state in ("RUNNING", "CONFIGURING", "COMPLETING"):
                     for node in job.nodes:
                         jobs.setdefault(node, []).append(job.id)
@@ -355,7 +355,7 @@ class Controller:
         while not self._stop.wait(self.config.node_poll_s):
             began = self.clock()
             try:
-                states = self.executor.slurm.node_states_and_reasons()
+                states = self.executor.scheduler.node_states_and_reasons()
             except Exception as exc:
                 log.warning("cannot read Slurm's node states: %s", exc)
                 continue
@@ -373,7 +373,7 @@ class Controller:
                 continue
             asked_at = self.clock()
             try:
-                self._fence_step(self.executor.slurm.controllers(), asked_at)
+                self._fence_step(self.executor.scheduler.controllers(), asked_at)
             except LeaseLost:
                 continue
             except Exception as exc:

@@ -8,7 +8,7 @@ import logging
 from typing import Protocol
 
 from ha_ops.remediation.model import Intent
-from ha_ops.schedulers.slurm import Slurm
+from ha_ops.schedulers.base import Scheduler
 from ha_ops.util.proc import CommandResult
 
 log = logging.getLogger(__name__)
@@ -38,15 +38,15 @@ def _tail(result: CommandResult) -> str:
 
 
 class Executor:
-    def __init__(self, slurm: Slurm, node_ops: NodeOps, partition: str) -> None:
-        self.slurm = slurm
+    def __init__(self, scheduler: Scheduler, node_ops: NodeOps, partition: str) -> None:
+        self.scheduler = scheduler
         self.node_ops = node_ops
         self.partition = partition
 
     def before(self, intent: Intent) -> str:
         """A short description of the node's state before the action, for the audit log."""
         try:
-            node = self.slurm.node(intent.node)
+            node = self.scheduler.node(intent.node)
             return f"{node.state}" + (f" ({node.reason})" if node.reason else "")
         except Exception as exc:
             return f"unknown ({exc})"
@@ -57,56 +57,56 @@ class Executor:
         return handler(intent)
 
     def _drain(self, intent: Intent) -> str:
-        node = self.slurm.node(intent.node)
+        node = self.scheduler.node(intent.node)
         if intent.args.get("lost") and "DOWN" not in node.state:
             # A lost node cannot confirm that its jobs ended: Slurm would hold them COMPLETING for minutes.
-            self.slurm.mark_down(intent.node, intent.why)
-            node = self.slurm.node(intent.node)
+            self.scheduler.mark_down(intent.node, intent.why)
+            node = self.scheduler.node(intent.node)
         if node.drained:
             return f"already drained ({node.reason})"
-        self.slurm.drain(intent.node, intent.why)
+        self.scheduler.drain(intent.node, intent.why)
         return "drained"
 
     def _resume(self, intent: Intent) -> str:
-        node = self.slurm.node(intent.node)
+        node = self.scheduler.node(intent.node)
         if not node.drained:
             return "already in service"
         if not node.drained_by_ha_ops:
             raise ActionFailed(f"drained by someone else ({node.reason}); not resuming")
-        self.slurm.resume(intent.node)
+        self.scheduler.resume(intent.node)
         return "resumed"
 
     def _requeue_jobs(self, intent: Intent) -> str:
         requeued, kept = [], []
         # A lost node's jobs were requeued by Slurm when it was marked DOWN; it has been fenced since.
         for job_id in intent.args.get("release", []):
-            if self.slurm.job_state(job_id) == "PENDING":
-                self.slurm.release_requeued(job_id)
+            if self.scheduler.job_state(job_id) == "PENDING":
+                self.scheduler.release_requeued(job_id)
                 requeued.append(job_id)
-        for job in self.slurm.jobs_on(intent.node):
+        for job in self.scheduler.jobs_on(intent.node):
             if job.state not in ("RUNNING", "CONFIGURING", "COMPLETING"):
                 continue
-            if self.slurm.job_requeueable(job.id):
-                self.slurm.requeue(job.id)
+            if self.scheduler.job_requeueable(job.id):
+                self.scheduler.requeue(job.id)
                 requeued.append(job.id)
             else:
                 kept.append(job.id)
         return f"requeued [{', '.join(requeued)}]; not requeueable, left to finish [{', '.join(kept)}]"
 
     def _spare_in(self, intent: Intent) -> str:
-        nodes = self.slurm.partition_nodes(self.partition)
+        nodes = self.scheduler.partition_nodes(self.partition)
         if intent.node in nodes:
             return f"already in {self.partition}"
-        self.slurm.set_partition_nodes(self.partition, [*nodes, intent.node])
+        self.scheduler.set_partition_nodes(self.partition, [*nodes, intent.node])
         return f"added to {self.partition} for {intent.args.get('replaces')}"
 
     def _spare_out(self, intent: Intent) -> str:
-        nodes = self.slurm.partition_nodes(self.partition)
+        nodes = self.scheduler.partition_nodes(self.partition)
         if intent.node not in nodes:
             return f"already out of {self.partition}"
-        if self.slurm.jobs_on(intent.node):
+        if self.scheduler.jobs_on(intent.node):
             raise ActionFailed("the spare still runs jobs")
-        self.slurm.set_partition_nodes(self.partition, [n for n in nodes if n != intent.node])
+        self.scheduler.set_partition_nodes(self.partition, [n for n in nodes if n != intent.node])
         return f"removed from {self.partition}"
 
     def _reset_gpu(self, intent: Intent) -> str:

@@ -26,7 +26,7 @@ from typing import Any
 from ha_ops.remediation.config import ControllerConfig
 from ha_ops.remediation.model import ControllerState, Intent, IntentKind, LastReport, NodePhase, NodeRecord, Rung
 from ha_ops.remediation.safety import gate_cordon
-from ha_ops.schedulers.slurm import AGENT_REASON_PREFIX
+from ha_ops.schedulers.base import AGENT_REASON_PREFIX
 
 DRAIN_RETRY_S = 10.0
 _REASON_GPU = re.compile(r"^GPU(\d+) ")  # an agent's verdict reason starts with the GPU it is about

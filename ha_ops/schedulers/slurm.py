@@ -9,45 +9,23 @@ from __future__ import annotations
 import logging
 import re
 import time
-from dataclasses import dataclass
 
 from ha_ops.errors import CommandFailed, CommandTimeout, TransportError
+from ha_ops.schedulers.base import REASON_PREFIX, SchedulerJob, SchedulerNode
 from ha_ops.transport.base import Transport
 from ha_ops.util.proc import CommandResult
 from ha_ops.util.wait import wait_for
 
 log = logging.getLogger(__name__)
 
-# Reasons ha-ops writes start with this, so that it only ever resumes nodes it drained itself.
-REASON_PREFIX = "ha-ops:"
-# ...and an agent's own drains with this: a remediation controller adopts them (see remediation.policy).
-AGENT_REASON_PREFIX = f"{REASON_PREFIX} agent:"
 # `scontrol show node -o` stamps the reason " [user@time]" and may print optional fields after it.
 _REASON_STAMP = re.compile(r" \[[^\[\]@]+@[^\[\]]*\](?=\s|$)")
 _AFTER_REASON = re.compile(r" (?:Comment|Extra|InstanceId|InstanceType|ReservationName)=")
 
 
-@dataclass(frozen=True)
-class SlurmNode:
-    name: str
-    state: str  # e.g. IDLE, ALLOCATED, IDLE+DRAIN, DOWN*+DRAIN
-    reason: str
-
-    @property
-    def drained(self) -> bool:
-        return "DRAIN" in self.state
-
-    @property
-    def drained_by_ha_ops(self) -> bool:
-        return self.drained and self.reason.startswith(REASON_PREFIX)
-
-
-@dataclass(frozen=True)
-class SlurmJob:
-    id: str
-    state: str
-    nodes: tuple[str, ...]
-    name: str = ""
+# Slurm's names for the scheduler-neutral records (base.py), which began here.
+SlurmNode = SchedulerNode
+SlurmJob = SchedulerJob
 
 
 class Slurm:

@@ -57,7 +57,7 @@ class StubExecutor:
     """Duck-types ha_ops.remediation.executor.Executor: records what it is asked to do."""
 
     def __init__(self) -> None:
-        self.slurm = StubSlurm()
+        self.scheduler = StubSlurm()
         self.calls: list[tuple[str, str]] = []
         self.ids: list[str] = []
         self.args: list[dict[str, Any]] = []
@@ -215,23 +215,23 @@ def test_validation_failure_climbs_to_reboot(rig: Rig) -> None:
 
 def test_jobs_on_the_cordoned_node_hold_the_repair(tmp_path: Path) -> None:
     rig = Rig(tmp_path, spares=())  # no spare in service, so no other reason to look at Slurm's jobs
-    rig.executor.slurm.running = {"n1": ["42"]}  # a job that cannot be requeued keeps running
+    rig.executor.scheduler.running = {"n1": ["42"]}  # a job that cannot be requeued keeps running
     rig.c.lease_step()
     rig.c.handle_report(report())
     rig.step(ticks=3)
     assert rig.state().nodes["n1"].phase == NodePhase.DRAINING
     assert ("reset_gpu", "n1") not in rig.executor.calls  # never a GPU reset under a running job
-    rig.executor.slurm.running = {}
+    rig.executor.scheduler.running = {}
     rig.step(ticks=1)
     assert ("reset_gpu", "n1") in rig.executor.calls
 
 
 def test_slurm_unreachable_skips_the_tick(rig: Rig) -> None:
     rig.c.handle_report(report())
-    rig.executor.slurm.down = True
+    rig.executor.scheduler.down = True
     rig.step(ticks=2)
     assert rig.executor.calls == []
-    rig.executor.slurm.down = False
+    rig.executor.scheduler.down = False
     rig.step()
     assert rig.executor.calls == EPISODE[:3]
 
@@ -457,8 +457,9 @@ def test_metrics_name_a_node_held_for_replacement(rig: Rig) -> None:
 
 @pytest.mark.parametrize("fence_fails", [False, True])
 def test_a_lost_nodes_jobs_are_released_only_after_its_fence_succeeded(rig: Rig, fence_fails: bool) -> None:
-    rig.executor.slurm.running = {"n1": ["41"]}
+    rig.executor.scheduler.running = {"n1": ["41"]}
     rig.executor.fail["reboot_node"] = 1 if fence_fails else 0
+    rig.step(seconds=1.0, ticks=int(rig.config.agent_silence_s) + 1)  # the new leader listens for the silence first
     rig.c._fresh_states = {"n1": ("down*", "")}  # what the node-state poller hands the next tick
     rig.step()
     order = [k for k, n in rig.executor.calls if n == "n1"]

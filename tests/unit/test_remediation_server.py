@@ -38,7 +38,7 @@ class StubSlurm:
 
 class StubExecutor:
     def __init__(self) -> None:
-        self.slurm = StubSlurm()
+        self.scheduler = StubSlurm()
         self.calls: list[str] = []
 
     def before(self, intent: Intent) -> str:

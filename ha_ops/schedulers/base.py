@@ -1,0 +1,77 @@
+"""What the remediation controller asks of a scheduler, whichever it is: Slurm (schedulers/slurm.py) or Kubernetes
+(schedulers/kubernetes.py). The policy is pure and speaks one vocabulary of node states, sinfo's (lower case:
+`idle`, `allocated`, `drained`, `draining`, `down`; a trailing `*` for a node that does not answer its scheduler);
+each adapter maps its scheduler's own states onto it.
+
+Contract for every implementation: each call is safe to repeat (the controller re-runs an intent after a failover),
+and a node drained by someone else is never resumed (`drained_by_ha_ops`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+# Reasons ha-ops writes start with this, so that it only ever resumes nodes it drained itself.
+REASON_PREFIX = "ha-ops:"
+# ...and an agent's own drains with this: a remediation controller adopts them (see remediation.policy).
+AGENT_REASON_PREFIX = f"{REASON_PREFIX} agent:"
+
+
+@dataclass(frozen=True)
+class SchedulerNode:
+    name: str
+    state: str  # upper case, Slurm's `scontrol show node` words: IDLE, ALLOCATED, IDLE+DRAIN, DOWN*+DRAIN
+    reason: str
+
+    @property
+    def drained(self) -> bool:
+        return "DRAIN" in self.state
+
+    @property
+    def drained_by_ha_ops(self) -> bool:
+        return self.drained and self.reason.startswith(REASON_PREFIX)
+
+
+@dataclass(frozen=True)
+class SchedulerJob:
+    id: str  # Slurm: the job id; Kubernetes: namespace/pod
+    state: str  # RUNNING, PENDING, COMPLETING, ...
+    nodes: tuple[str, ...]
+    name: str = ""
+
+
+class Scheduler(Protocol):
+    def node(self, name: str) -> SchedulerNode: ...
+
+    def drain(self, name: str, reason: str) -> None:
+        """No new work on the node; what runs may finish (requeue_jobs moves what can move)."""
+
+    def mark_down(self, name: str, reason: str) -> None:
+        """A lost node: its work is ended at once, without waiting for the node to confirm it."""
+
+    def resume(self, name: str) -> None: ...
+
+    def jobs(self) -> list[SchedulerJob]: ...
+
+    def jobs_on(self, node: str) -> list[SchedulerJob]: ...
+
+    def node_states_and_reasons(self) -> dict[str, tuple[str, str]]:
+        """Every node's (state, reason) in one call, states in sinfo's lower-case words."""
+        ...
+
+    def job_requeueable(self, job_id: str) -> bool: ...
+
+    def requeue(self, job_id: str) -> None:
+        """Stop the job where it runs so that it starts again elsewhere (from its latest checkpoint)."""
+
+    def release_requeued(self, job_id: str) -> None:
+        """Make a job the scheduler requeued by itself (a lost node's) eligible to start now."""
+
+    def job_state(self, job_id: str) -> str: ...
+
+    def partition_nodes(self, partition: str) -> list[str]:
+        """The nodes that take work in the pool (Slurm: the partition; Kubernetes: the pool without the spares)."""
+        ...
+
+    def set_partition_nodes(self, partition: str, nodes: list[str]) -> None: ...

@@ -1,0 +1,112 @@
+"""The Kubernetes adapter's pure parts: Node objects read as the policy's node states, pods read as jobs, taint
+values, Retry-After. The calls themselves are shown against a real API server (tests/integration/test_kubernetes.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from ha_ops.schedulers.kubernetes import (
+    REASON_ANNOTATION,
+    SPARE_TAINT_KEY,
+    TAINT_KEY,
+    NodeFacts,
+    pod_job,
+    retry_after,
+    taint_value,
+    with_taint,
+    without_taint,
+)
+
+
+def node(ready: str = "True", cordoned: bool = False, taints: list[dict[str, str]] | None = None,
+         reason: str = "") -> dict[str, Any]:  # fmt: skip
+    return {
+        "metadata": {"name": "n1", "annotations": {REASON_ANNOTATION: reason} if reason else {}},
+        "spec": {"unschedulable": cordoned, "taints": taints or []},
+        "status": {"conditions": [{"type": "Ready", "status": ready}]},
+    }
+
+
+@pytest.mark.parametrize(
+    ("facts", "pods", "sinfo", "scontrol"),
+    [
+        (node(), 0, "idle", "IDLE"),
+        (node(), 2, "allocated", "ALLOCATED"),
+        (node(ready="Unknown"), 0, "idle*", "IDLE*"),  # the node controller lost the kubelet: not responding
+        (node(ready="False"), 1, "allocated*", "ALLOCATED*"),
+        (node(cordoned=True), 0, "drained", "IDLE+DRAIN"),
+        (node(cordoned=True), 1, "draining", "ALLOCATED+DRAIN"),
+        (
+            node(cordoned=True, ready="Unknown", taints=[{"key": TAINT_KEY, "value": "lost", "effect": "NoExecute"}]),
+            0,
+            "down*",
+            "DOWN*+DRAIN",
+        ),
+    ],
+)
+def test_a_node_reads_as_the_policy_state_sinfo_or_scontrol_would_give(
+    facts: dict[str, Any], pods: int, sinfo: str, scontrol: str
+) -> None:
+    read = NodeFacts.of(facts)
+    assert read.sinfo_state(pods) == sinfo
+    assert read.scontrol_state(pods) == scontrol
+
+
+def test_the_reason_is_read_from_the_annotation_only() -> None:
+    assert NodeFacts.of(node(cordoned=True, reason="ha-ops: GPU1 xid: XID 79")).reason == "ha-ops: GPU1 xid: XID 79"
+    assert NodeFacts.of(node(cordoned=True)).reason == ""  # cordoned by a person: no reason of ours
+
+
+def test_a_nodes_without_status_is_not_responding() -> None:
+    assert NodeFacts.of({"metadata": {"name": "n1"}}).sinfo_state(0) == "idle*"
+
+
+def pod(phase: str = "Running", owner: str | None = "Job", node_name: str | None = "n1",
+        deleting: bool = False) -> dict[str, Any]:  # fmt: skip
+    owners = [{"kind": owner, "name": "train", "controller": True}] if owner else []
+    meta: dict[str, Any] = {"name": "train-x", "namespace": "ml", "ownerReferences": owners}
+    if deleting:
+        meta["deletionTimestamp"] = "2026-12-02T10:00:00Z"
+    return {"metadata": meta, "spec": {"nodeName": node_name}, "status": {"phase": phase}}
+
+
+def test_pods_read_as_jobs_and_daemonsets_and_finished_pods_are_not_jobs() -> None:
+    job = pod_job(pod())
+    assert job is not None and (job.id, job.state, job.nodes, job.name) == ("ml/train-x", "RUNNING", ("n1",), "train")
+    assert pod_job(pod(phase="Pending", node_name=None)).nodes == ()  # type: ignore[union-attr]
+    assert pod_job(pod(deleting=True)).state == "COMPLETING"  # type: ignore[union-attr]
+    assert pod_job(pod(owner="DaemonSet")) is None  # the agent's own pod is not work to move
+    assert pod_job(pod(phase="Succeeded")) is None and pod_job(pod(phase="Failed")) is None
+
+
+@pytest.mark.parametrize(
+    ("reason", "value"),
+    [
+        ("ha-ops: GPU1 xid: XID 79: GPU has fallen off the bus", "GPU1-xid-XID-79-GPU-has-fallen-off-the-bus"),
+        ("ha-ops: lost: Slurm reports it down*", "lost-Slurm-reports-it-down"),
+        ("ha-ops: ---", "unhealthy"),
+        ("x" * 100, "x" * 63),
+    ],
+)
+def test_taint_values_are_valid_label_values(reason: str, value: str) -> None:
+    assert taint_value(reason) == value
+
+
+def test_taints_are_set_once_per_key_and_effect_and_removed_by_key() -> None:
+    taints = [{"key": "other", "value": "x", "effect": "NoSchedule"}]
+    once = with_taint(with_taint(taints, TAINT_KEY, "a", "NoSchedule"), TAINT_KEY, "b", "NoSchedule")
+    assert once == [taints[0], {"key": TAINT_KEY, "value": "b", "effect": "NoSchedule"}]
+    both = with_taint(once, TAINT_KEY, "lost", "NoExecute")
+    assert len(both) == 3
+    assert without_taint(with_taint(both, SPARE_TAINT_KEY, "true", "NoSchedule"), TAINT_KEY) == [
+        taints[0], {"key": SPARE_TAINT_KEY, "value": "true", "effect": "NoSchedule"}]  # fmt: skip
+
+
+def test_retry_after_is_honoured_and_capped_and_otherwise_backs_off() -> None:
+    assert retry_after({"retry-after": "3"}, attempt=0) == 3.0
+    assert retry_after({"retry-after": "3600"}, attempt=0) == 10.0
+    assert retry_after({"retry-after": "soon"}, attempt=1) == 0.4
+    assert [retry_after({}, attempt=a) for a in range(3)] == [0.2, 0.4, 0.8]
+    assert retry_after(None, attempt=10) == 10.0
