@@ -47,6 +47,8 @@ from ha_ops.transport.lab import LabTransport
 from ha_ops.util.wait import wait_for
 
 if TYPE_CHECKING:
+    from lightkube import Client
+
     from ha_ops.lab.node import LabNode
 
 log = logging.getLogger(__name__)
@@ -217,10 +219,18 @@ class Lab:
                  timeout=max(1.0, deadline - time.monotonic()), interval=0.1)  # fmt: skip
 
     def _ensure_kubernetes_nodes(self, progress: Progress, deadline: float) -> None:
-        api = kubernetes.client(self.ctx)
+        with kubernetes.client(self.ctx) as api:
+            self._register_kubernetes_nodes(api, progress, deadline)
+
+    def _register_kubernetes_nodes(self, api: Client, progress: Progress, deadline: float) -> None:
         progress("waiting for the Kubernetes API")
         # The API server's first start creates its RBAC bootstrap and priority levels: allow it a minute of its own.
-        wait_for("kube-apiserver ready", api.healthy, timeout=max(60.0, deadline - time.monotonic()), interval=0.25)
+        wait_for(
+            "kube-apiserver ready",
+            lambda: kubernetes.api_ready(api),
+            timeout=max(60.0, deadline - time.monotonic()),
+            interval=0.25,
+        )
         total = len(kubernetes.gpu_nodes(self.ctx))
         progress(f"Kubernetes API ready; registering the {total} GPU nodes with KWOK")
         created = kubernetes.register_nodes(self.ctx, api)

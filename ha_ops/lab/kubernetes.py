@@ -6,15 +6,19 @@ KWOK keeps them Ready and turns pods bound to them Running."""
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 from pathlib import Path
 from typing import Any
 
+import httpx2
 import yaml
+from lightkube import ApiError, Client, codecs
+from lightkube.resources.core_v1 import Namespace, Node
 
 from ha_ops.lab.context import LabContext, ServiceDef
-from ha_ops.lab.kubeapi import KubeClient, KubeError, kubeconfig
 from ha_ops.lab.pki import LabCA, service_account_keys
+from ha_ops.schedulers.kubernetes import POOL_LABEL, SPARE_LABEL, SPARE_TAINT_KEY, client_from_kubeconfig
 from ha_ops.spec.layout import NodeLayout
 from ha_ops.util.atomic import write_atomic
 from ha_ops.util.tools import tool
@@ -139,13 +143,41 @@ def services(ctx: LabContext) -> list[ServiceDef]:
     ]
 
 
-def client(ctx: LabContext, timeout: float = 30.0) -> KubeClient:
-    return KubeClient(kubeconfig_path(ctx), timeout=timeout)
+def kubeconfig(server: str, ca: Path, cert: Path, key: Path, user: str) -> dict[str, Any]:
+    """A kubeconfig with the certificates inlined (kubectl, client libraries and the components all read it)."""
+
+    def b64(path: Path) -> str:
+        return base64.b64encode(path.read_bytes()).decode()
+
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "lab", "cluster": {"server": server, "certificate-authority-data": b64(ca)}}],
+        "users": [{"name": user, "user": {"client-certificate-data": b64(cert), "client-key-data": b64(key)}}],
+        "contexts": [{"name": user, "context": {"cluster": "lab", "user": user}}],
+        "current-context": user,
+    }
 
 
-def node_object(node: NodeLayout, domain_labels: dict[str, str]) -> dict[str, Any]:
-    """A GPU node as KWOK manages it: its GPUs as allocatable `nvidia.com/gpu`, its failure domain as labels."""
+def client(ctx: LabContext, timeout: float = 30.0, identity: str = "admin") -> Client:
+    """A lightkube client as `identity` (admin, or one of CLIENTS' components)."""
+    path = kubeconfig_path(ctx) if identity == "admin" else folder(ctx) / f"{identity}.kubeconfig"
+    return client_from_kubeconfig(path, timeout_s=timeout)
+
+
+def api_ready(api: Client) -> bool:
+    """The API answers and its bootstrap made the system namespaces (what the lab's nodes and workloads need)."""
+    try:
+        return {n.metadata.name for n in api.list(Namespace) if n.metadata} >= {"default", "kube-system"}
+    except (ApiError, httpx2.HTTPError, OSError):
+        return False
+
+
+def node_object(node: NodeLayout, domain_labels: dict[str, str], pool: str) -> dict[str, Any]:
+    """A GPU node as KWOK manages it: its GPUs as allocatable `nvidia.com/gpu`, its failure domain as labels, its
+    pool as ha-ops labels it (schedulers/kubernetes.py); a spare carries the spare taint until it stands in."""
     capacity = {"cpu": str(node.cpus), "memory": f"{node.memory_mb}Mi", "pods": "110", GPU_RESOURCE: str(node.gpus)}
+    taints = [{"key": SPARE_TAINT_KEY, "value": "true", "effect": "NoSchedule"}] if node.spare else []
     return {
         "apiVersion": "v1",
         "kind": "Node",
@@ -159,10 +191,12 @@ def node_object(node: NodeLayout, domain_labels: dict[str, str]) -> dict[str, An
                 "type": "kwok",
                 "nvidia.com/gpu.present": "true",
                 "nvidia.com/gpu.product": node.gpu_model or "unknown",
+                POOL_LABEL: pool,
+                **({SPARE_LABEL: "true"} if node.spare else {}),
                 **domain_labels,
             },
         },
-        "spec": {},
+        "spec": {"taints": taints},
         "status": {"capacity": capacity, "allocatable": capacity},
     }
 
@@ -177,44 +211,47 @@ def gpu_nodes(ctx: LabContext) -> list[dict[str, Any]]:
         return {ZONE_LABEL: d.zone, RACK_LABEL: d.rack, DOMAIN_LABEL: d.name}
 
     real = ctx.layout.nodes_with_role("gpu")
-    out = [node_object(n, labels(n.domain)) for n in real]
+    pool = ctx.spec.schedulers.slurm.partition if ctx.spec.schedulers.slurm else "gpu"
+    out = [node_object(n, labels(n.domain), pool) for n in real]
     for i in range(ctx.spec.kubernetes.extra_kwok_nodes):
         model = real[i % len(real)]
         extra = dataclasses.replace(model, name=f"kwok-gpu{i + 1}", spare=False)
-        out.append(node_object(extra, labels(extra.domain)))
+        out.append(node_object(extra, labels(extra.domain), pool))
     return out
 
 
-def register_nodes(ctx: LabContext, api: KubeClient) -> int:
+def register_nodes(ctx: LabContext, api: Client) -> int:
     """Create the GPU nodes that are not registered yet; returns how many were created."""
-    have = {n["metadata"]["name"] for n in api.list("Node", labelSelector="type=kwok")}
+    have = {n.metadata.name for n in api.list(Node, labels={"type": "kwok"}) if n.metadata}
     created = 0
     for node in gpu_nodes(ctx):
         if node["metadata"]["name"] not in have:
             try:
-                api.create(node)
+                api.create(codecs.from_dict(node))
                 created += 1
-            except KubeError as exc:
-                if exc.status != 409:  # created meanwhile
+            except ApiError as exc:
+                if exc.status.code != 409:  # created meanwhile
                     raise
     return created
 
 
-def ready_nodes(api: KubeClient) -> set[str]:
+def ready_nodes(api: Client) -> set[str]:
     ready = set()
-    for node in api.list("Node", labelSelector="type=kwok"):
-        for condition in node.get("status", {}).get("conditions") or []:
-            if condition["type"] == "Ready" and condition["status"] == "True":
-                ready.add(node["metadata"]["name"])
+    for node in api.list(Node, labels={"type": "kwok"}):
+        conditions = node.status.conditions if node.status and node.status.conditions else []
+        if node.metadata and any(c.type == "Ready" and c.status == "True" for c in conditions):
+            ready.add(str(node.metadata.name))
     return ready
 
 
-def problems(ctx: LabContext, api: KubeClient | None = None) -> list[str]:
+def problems(ctx: LabContext, api: Client | None = None) -> list[str]:
     """What keeps the lab's Kubernetes from being usable: the API not ready, GPU nodes not Ready."""
     if not enabled(ctx):
         return []
-    api = api or client(ctx, timeout=10)
-    if not api.healthy():
+    if api is None:
+        with client(ctx, timeout=10) as own:
+            return problems(ctx, own)
+    if not api_ready(api):
         return [f"kube-apiserver at {api_server(ctx)} not ready"]
     want = {n["metadata"]["name"] for n in gpu_nodes(ctx)}
     missing = sorted(want - ready_nodes(api))

@@ -169,7 +169,7 @@ class KubernetesOptions:
     retries: int = 5
 
 
-class Kubernetes:
+class KubernetesScheduler:
     def __init__(
         self, client: Client, options: KubernetesOptions | None = None, sleep: Callable[[float], None] = time.sleep
     ) -> None:

@@ -53,8 +53,8 @@ def main() -> None:
         lab.up(progress=progress, timeout=900)
         done = time.monotonic()
         api_ready, registered = marks["Kubernetes API ready"], marks["registered"]
-        api = kubernetes.client(lab.ctx)
-        ready = len(kubernetes.ready_nodes(api))
+        with kubernetes.client(lab.ctx) as api:
+            ready = len(kubernetes.ready_nodes(api))
         print(f"lab up with Kubernetes: {done - started:.1f} s")
         print(f"{ready} KWOK GPU nodes registered and Ready {done - api_ready:.1f} s after the API was ready "
               f"(registration {registered - api_ready:.1f} s, then Ready {done - registered:.1f} s)")  # fmt: skip

@@ -12,12 +12,28 @@ from pathlib import Path
 
 import pytest
 import yaml
+from lightkube import ApiError, Client, codecs
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.apps_v1 import Deployment
+from lightkube.resources.core_v1 import Namespace, Node, Pod
+from lightkube.resources.scheduling_v1 import PriorityClass
 
 from ha_ops.iac.engine import PulumiEngine
 from ha_ops.lab import kubernetes
 from ha_ops.lab.cluster import Lab
-from ha_ops.lab.kubeapi import KubeClient, KubeError
 from ha_ops.lab.paths import LabPaths
+from ha_ops.remediation.executor import Executor
+from ha_ops.remediation.model import Intent
+from ha_ops.schedulers.kubernetes import (
+    CONDITION,
+    DRAIN_POLICY_ANNOTATION,
+    SPARE_TAINT_KEY,
+    TAINT_KEY,
+    KubernetesError,
+    KubernetesOptions,
+    KubernetesScheduler,
+    UnknownNode,
+)
 from ha_ops.spec.model import Kubernetes
 from ha_ops.util.wait import wait_for
 from tests.labkit import REPO, lab_spec, running_lab
@@ -37,9 +53,14 @@ def klab() -> Iterator[Lab]:
         yield lab
 
 
-def test_the_gpu_nodes_are_ready_nodes_with_their_gpus_and_failure_domains(klab: Lab) -> None:
-    api = kubernetes.client(klab.ctx)
-    nodes = {n["metadata"]["name"]: n for n in api.list("Node", labelSelector="type=kwok")}
+@pytest.fixture(scope="module")
+def api(klab: Lab) -> Iterator[Client]:
+    with kubernetes.client(klab.ctx) as client:
+        yield client
+
+
+def test_the_gpu_nodes_are_ready_nodes_with_their_gpus_and_failure_domains(klab: Lab, api: Client) -> None:
+    nodes = {n["metadata"]["name"]: n for n in (o.to_dict() for o in api.list(Node, labels={"type": "kwok"}))}
     layout = {n.name: n for n in klab.ctx.layout.nodes_with_role("gpu")}
     assert set(nodes) == set(layout)
     assert kubernetes.ready_nodes(api) == set(layout)
@@ -52,14 +73,14 @@ def test_the_gpu_nodes_are_ready_nodes_with_their_gpus_and_failure_domains(klab:
     assert klab.status()["kubernetes"]["api_server"] == kubernetes.api_server(klab.ctx)
 
 
-def test_tls_and_rbac_are_enforced(klab: Lab) -> None:
+def test_tls_and_rbac_are_enforced(klab: Lab, api: Client) -> None:
     ctx = klab.ctx
     # The scheduler's identity may bind pods but not create namespaces: RBAC, not just authentication.
-    scheduler = KubeClient(kubernetes.folder(ctx) / "scheduler.kubeconfig")
-    with pytest.raises(KubeError) as denied:
-        scheduler.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "not-allowed"}})
-    assert denied.value.status == 403
-    assert scheduler.list("Node")  # what its role allows
+    with kubernetes.client(ctx, identity="scheduler") as scheduler:
+        with pytest.raises(ApiError) as denied:
+            scheduler.create(Namespace(metadata=ObjectMeta(name="not-allowed")))
+        assert denied.value.status.code == 403
+        assert list(scheduler.list(Node))  # what its role allows
     # No client certificate: refused (anonymous auth is off).
     bare = ssl.create_default_context(cafile=str(kubernetes.folder(ctx) / "pki" / "ca.crt"))
     assert klab.spec.kubernetes is not None
@@ -105,9 +126,9 @@ def deployment(replicas: int) -> dict:
     }
 
 
-def running_pods(api: KubeClient) -> dict[str, str]:
+def running_pods(api: Client) -> dict[str, str]:
     """Running pods of the deployment (not being deleted) -> their node."""
-    pods = api.list("Pod", "default", labelSelector="app=trainer")
+    pods = [p.to_dict() for p in api.list(Pod, namespace="default", labels={"app": "trainer"})]
     return {p["metadata"]["name"]: p["spec"].get("nodeName", "") for p in pods
             if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")}  # fmt: skip
 
@@ -116,16 +137,19 @@ def _when(pods: dict[str, str], count: int, avoiding: str = "") -> dict[str, str
     return pods if len(pods) == count and avoiding not in pods.values() else None
 
 
-def test_a_deployment_spreads_over_gpu_nodes_and_recovers_from_a_lost_node(klab: Lab) -> None:
-    api = kubernetes.client(klab.ctx)
-    api.apply(deployment(3))
+def test_a_deployment_spreads_over_gpu_nodes_and_recovers_from_a_lost_node(klab: Lab, api: Client) -> None:
+    api.apply(codecs.from_dict(deployment(3)), force=True)
     pods = wait_for("3 trainer pods Running", lambda: _when(running_pods(api), 3), timeout=120, interval=0.5)
     assert len(set(pods.values())) == 3, pods  # one per node: the spread constraint
     gpu_nodes = {n.name for n in klab.ctx.layout.nodes_with_role("gpu")}
     assert set(pods.values()) <= gpu_nodes
     lost_pod, lost_node = sorted(pods.items())[0]
+    # The spare stands in for the lost node, as the controller's spare_in does (the spare taint off): without it the
+    # spread constraint leaves the third pod pending, since the spare is one of the nodes it counts.
+    every = [n.name for n in klab.ctx.layout.nodes_with_role("gpu")]
+    KubernetesScheduler(api, KubernetesOptions(pool="gpu")).set_partition_nodes("gpu", every)
     started = time.monotonic()
-    assert api.delete("Node", lost_node)  # the node is gone: its kubelet (KWOK) no longer reports it
+    api.delete(Node, lost_node)  # the node is gone: its kubelet (KWOK) no longer reports it
     recovered = wait_for(
         "3 trainer pods Running again, none on the lost node",
         lambda: _when(running_pods(api), 3, avoiding=lost_node),
@@ -135,10 +159,10 @@ def test_a_deployment_spreads_over_gpu_nodes_and_recovers_from_a_lost_node(klab:
     print(f"\npods recovered from the lost node {lost_node} in {time.monotonic() - started:.0f} s")
     assert lost_pod not in recovered
     assert len(set(recovered.values())) == 3 and set(recovered.values()) <= gpu_nodes - {lost_node}
-    api.delete("Deployment", "trainer", "default")
+    api.delete(Deployment, "trainer", namespace="default")
 
 
-def test_the_k8s_layer_stack_deploys_ha_ops_onto_the_lab_kubernetes(klab: Lab, tmp_path: Path) -> None:
+def test_the_k8s_layer_stack_deploys_ha_ops_onto_the_lab_kubernetes(klab: Lab, api: Client, tmp_path: Path) -> None:
     """infra/k8s through the built CLI and the built pulumi-kubernetes provider, against the lab's API server: the
     agent runs on every GPU node, the controller's 2 replicas on different nodes; destroy removes them."""
     images = {"agent": f"registry.invalid/ha-ops/agent@sha256:{'1' * 64}",
@@ -149,7 +173,6 @@ def test_the_k8s_layer_stack_deploys_ha_ops_onto_the_lab_kubernetes(klab: Lab, t
     program = REPO / "infra" / "k8s"
     engine.select_stack(program, "lab")
     engine.set_config(program, "lab", {"spec": str(spec_file), "kubeconfig": str(kubernetes.kubeconfig_path(klab.ctx))})
-    api = kubernetes.client(klab.ctx)
     try:
         update = engine.up(program, "lab")
         assert update["result"] == "succeeded", update
@@ -157,11 +180,13 @@ def test_the_k8s_layer_stack_deploys_ha_ops_onto_the_lab_kubernetes(klab: Lab, t
         namespace = outputs["namespace"]
 
         def pods(app: str) -> dict[str, str]:
-            found = api.list("Pod", namespace, labelSelector=f"app.kubernetes.io/name={app}")
+            found = [p.to_dict() for p in api.list(Pod, namespace=namespace, labels={"app.kubernetes.io/name": app})]
             return {p["metadata"]["name"]: p["spec"].get("nodeName", "") for p in found
                     if p["status"].get("phase") == "Running"}  # fmt: skip
 
-        gpu_nodes = {n["metadata"]["name"] for n in api.list("Node", labelSelector="type=kwok")}  # one was lost above
+        gpu_nodes = {
+            str(n.metadata.name) for n in api.list(Node, labels={"type": "kwok"}) if n.metadata
+        }  # one was lost above
         agents = wait_for("an agent Running on every GPU node",
                           lambda: (p := pods("ha-ops-agent")) and set(p.values()) >= gpu_nodes and p,
                           timeout=120, interval=1.0)  # fmt: skip
@@ -169,11 +194,108 @@ def test_the_k8s_layer_stack_deploys_ha_ops_onto_the_lab_kubernetes(klab: Lab, t
         controllers = wait_for("2 controllers Running", lambda: len(p := pods("ha-ops-controller")) == 2 and p,
                                timeout=120, interval=1.0)  # fmt: skip
         assert len(set(controllers.values())) == 2  # anti-affinity: never both on one node
-        assert {pc["metadata"]["name"] for pc in api.request("GET", "/apis/scheduling.k8s.io/v1/priorityclasses")[
-            "items"]} >= {"critical", "normal", "preemptible-training"}  # fmt: skip
+        assert {str(pc.metadata.name) for pc in api.list(PriorityClass) if pc.metadata} >= {
+            "critical", "normal", "preemptible-training"}  # fmt: skip
     finally:
         gone = engine.destroy(program, "lab")
     assert gone["result"] == "succeeded", gone
-    assert (
-        api.get("Namespace", namespace) is None or api.get("Namespace", namespace)["status"]["phase"] == "Terminating"
-    )
+    try:
+        left = api.get(Namespace, namespace)
+        assert left.status is not None and left.status.phase == "Terminating"
+    except ApiError as exc:
+        assert exc.status.code == 404
+
+
+def _pods(api: Client, namespace: str, app: str) -> list[dict]:
+    pods = [p.to_dict() for p in api.list(Pod, namespace=namespace, labels={"app": app})]
+    return [p for p in pods if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")]
+
+
+def _template(app: str, node: str | None = None) -> dict:
+    """A pod template on a GPU node (or pinned to `node`); KWOK keeps a Job's pod Running for an hour, as a training
+    job would, instead of completing it at once."""
+    selector = {"kubernetes.io/hostname": node} if node else {"nvidia.com/gpu.present": "true"}
+    return {
+        "metadata": {"labels": {"app": app},
+                     "annotations": {"pod-complete.stage.kwok.x-k8s.io/delay": "1h",
+                                     "pod-complete.stage.kwok.x-k8s.io/jitter-delay": "1h"}},
+        "spec": {"nodeSelector": selector, "restartPolicy": "Never" if node is None else "Always",
+                 "containers": [{"name": "main", "image": IMAGE}]},
+    }  # fmt: skip
+
+
+def test_the_kubernetes_scheduler_takes_a_node_out_evicts_within_budgets_brings_a_spare_and_returns_it(
+    klab: Lab, api: Client
+) -> None:
+    """The remediation controller's executor, driving the Kubernetes adapter against the real API server, kube-
+    controller-manager (Job and disruption controllers) and scheduler: a checkpointing Job moves to another node with
+    its checkpoint path, a PodDisruptionBudget is honoured, the spare takes work, the node comes back."""
+    scheduler = KubernetesScheduler(api, KubernetesOptions(pool="gpu", eviction_timeout_s=3.0))
+    executor = Executor(scheduler, node_ops=None, partition="gpu")  # type: ignore[arg-type]  # (no node steps here)
+    spare = next(n.name for n in klab.ctx.layout.nodes_with_role("gpu") if n.spare)
+    # The spare out of the pool's work again (the lost-node test above brought it in), as the controller leaves it.
+    scheduler.set_partition_nodes("gpu", [n for n in scheduler.partition_nodes("gpu") if n != spare])
+    assert spare not in scheduler.partition_nodes("gpu")
+    checkpoint = "/mnt/checkpoints/train-7"
+    for namespace, policy in (("ml", None), ("serving", "allow-completion")):
+        annotations = {DRAIN_POLICY_ANNOTATION: policy} if policy else {}
+        api.apply(Namespace(metadata=ObjectMeta(name=namespace, annotations=annotations)), force=True)
+    job = _template("train")
+    job["spec"]["containers"][0]["env"] = [{"name": "HA_OPS_CHECKPOINT_DIR", "value": checkpoint}]
+    manifest = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "train", "namespace": "ml"},
+                "spec": {"backoffLimit": 3, "template": job}}  # fmt: skip
+    api.apply(codecs.from_dict(manifest), force=True)
+    [first] = wait_for("the Job's pod Running", lambda: _pods(api, "ml", "train"), timeout=60, interval=0.5)
+    node = first["spec"]["nodeName"]
+    guarded = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "serve", "namespace": "serving"},
+               "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "serve"}},
+                        "template": _template("serve", node)}}  # fmt: skip
+    api.apply(codecs.from_dict(guarded), force=True)
+    budget = {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+              "metadata": {"name": "serve", "namespace": "serving"},
+              "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "serve"}}}}  # fmt: skip
+    api.apply(codecs.from_dict(budget), force=True)
+    [serving] = wait_for("the guarded pod Running", lambda: _pods(api, "serving", "serve"), timeout=60, interval=0.5)
+
+    def run(kind: str, target: str, **args: object) -> str:
+        return executor.run(Intent(id=f"t-{kind}-{target}", node=target, kind=kind, why="GPU1 xid: XID 79", args=args))
+
+    assert run("drain", node) == "drained"
+    assert run("drain", node).startswith("already drained")  # safe to repeat
+    facts = api.get(Node, node).to_dict()
+    assert facts["spec"]["unschedulable"] is True
+    assert {"key": TAINT_KEY, "value": "GPU1-xid-XID-79", "effect": "NoSchedule"} in facts["spec"]["taints"]
+    [condition] = [c for c in facts["status"]["conditions"] if c["type"] == CONDITION]
+    assert (condition["status"], condition["reason"]) == ("False", "GpuUnhealthy") and "XID 79" in condition["message"]
+    assert scheduler.node(node).drained_by_ha_ops
+    assert run("spare_in", spare, replaces=node) == f"added to gpu for {node}"
+    assert spare in scheduler.partition_nodes("gpu")
+    assert not [t for t in api.get(Node, spare).to_dict()["spec"].get("taints") or [] if t["key"] == SPARE_TAINT_KEY]
+    result = run("requeue_jobs", node)
+    assert result == (f"requeued [ml/{first['metadata']['name']}]; "
+                      f"not requeueable, left to finish [serving/{serving['metadata']['name']}]"), result  # fmt: skip
+    # The Job controller makes a new pod and it runs elsewhere, with the job contract's checkpoint path: a job that
+    # reads it resumes from its latest checkpoint wherever it starts.
+    [moved] = wait_for("the Job's pod Running on another node", lambda: [
+        p for p in _pods(api, "ml", "train") if p["metadata"]["name"] != first["metadata"]["name"]],
+        timeout=60, interval=0.5)  # fmt: skip
+    assert moved["spec"]["nodeName"] != node
+    assert moved["spec"]["containers"][0]["env"] == [{"name": "HA_OPS_CHECKPOINT_DIR", "value": checkpoint}]
+    # The budget is honoured: asked to evict the guarded pod, the adapter gives up after its timeout...
+    guarded_id = f"serving/{serving['metadata']['name']}"
+    with pytest.raises(KubernetesError, match="PodDisruptionBudget"):
+        scheduler.requeue(guarded_id)
+    assert scheduler.job_state(guarded_id) == "RUNNING"
+    # ...unless its namespace says a pod held that long may be deleted.
+    api.patch(Namespace, "serving", {"metadata": {"annotations": {DRAIN_POLICY_ANNOTATION: "delete-after-timeout"}}})
+    scheduler.requeue(guarded_id)
+    assert scheduler.job_state(guarded_id) in ("GONE", "COMPLETING")
+    assert run("resume", node) == "resumed"
+    facts = api.get(Node, node).to_dict()
+    assert not facts["spec"].get("unschedulable")
+    assert not [t for t in facts["spec"].get("taints") or [] if t["key"] == TAINT_KEY]
+    assert [c["status"] for c in facts["status"]["conditions"] if c["type"] == CONDITION] == ["True"]
+    with pytest.raises(UnknownNode):
+        scheduler.node("gpu99")
+    for namespace in ("ml", "serving"):
+        api.delete(Namespace, namespace)

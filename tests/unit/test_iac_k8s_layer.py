@@ -91,6 +91,9 @@ def test_the_agent_runs_on_every_gpu_node_only(mocks: Harness) -> None:
     assert terms == [{"matchExpressions": [{"key": "nvidia.com/gpu.present", "operator": "In", "values": ["true"]}]}]
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
     assert any(t["key"] == "node.kubernetes.io/unschedulable" for t in pod["tolerations"])
+    # The agent keeps reporting from a node ha-ops took out (NoSchedule, or NoExecute when lost) or holds as a spare.
+    assert {"key": "ha-ops.io/gpu-unhealthy", "operator": "Exists"} in pod["tolerations"]
+    assert {"key": "ha-ops.io/spare", "operator": "Exists"} in pod["tolerations"]
     assert pod["priorityClassName"] == "critical"
     assert pod["automountServiceAccountToken"] is False
     (container,) = pod["containers"]

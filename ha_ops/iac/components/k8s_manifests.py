@@ -12,6 +12,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from ha_ops.health.config import AgentConfig
+from ha_ops.schedulers.kubernetes import SPARE_TAINT_KEY, TAINT_KEY
 from ha_ops.spec.model import ClusterSpec
 
 PART_OF = {"app.kubernetes.io/part-of": "ha-ops"}
@@ -105,6 +106,9 @@ def agent_pod_spec(spec: ClusterSpec, cfg: K8sLayerConfig, image: str) -> dict[s
             {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
             # A drained node is exactly where the agent must keep reporting.
             {"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"},
+            # ...and a node ha-ops took out (even as lost: NoExecute) or holds as a spare.
+            {"key": TAINT_KEY, "operator": "Exists"},
+            {"key": SPARE_TAINT_KEY, "operator": "Exists"},
         ],
         "containers": [
             {
