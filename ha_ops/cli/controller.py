@@ -15,8 +15,9 @@ from rich.table import Table
 from ha_ops.cli import output
 from ha_ops.errors import TransportError
 from ha_ops.remediation.audit import AuditHead, verify
-from ha_ops.remediation.config import load_controller_config
+from ha_ops.remediation.config import ControllerConfig, load_controller_config
 from ha_ops.remediation.store import read_state
+from ha_ops.schedulers.base import Scheduler
 
 controller_app = typer.Typer(help="The remediation controller.", no_args_is_help=True)
 audit_app = typer.Typer(help="The controller's audit log.", no_args_is_help=True)
@@ -36,21 +37,43 @@ def _call(url: str, method: str = "GET") -> dict[str, Any]:
         raise TransportError(f"{url}: {exc}") from None
 
 
+def make_scheduler(cfg: ControllerConfig) -> Scheduler:
+    """The scheduler the config names: Slurm through its commands on this host, or the Kubernetes API."""
+    if cfg.scheduler == "kubernetes":
+        from ha_ops.remediation.config import KubernetesConfig
+        from ha_ops.schedulers.kubernetes import KubernetesOptions, KubernetesScheduler, client_from_kubeconfig
+
+        k8s = cfg.kubernetes or KubernetesConfig()
+        options = KubernetesOptions(cfg.partition, k8s.default_drain_policy, k8s.eviction_timeout_s)
+        return KubernetesScheduler(client_from_kubeconfig(k8s.kubeconfig), options)
+    from ha_ops.schedulers.slurm import Slurm
+    from ha_ops.transport.local import LocalTransport
+
+    return Slurm(LocalTransport(cfg.id), timeout=cfg.slurm_timeout_s)
+
+
 @controller_app.command("run")
-def run(config: Path = typer.Option(..., "--config", "-c", help="Controller config (YAML).")) -> None:
+def run(
+    config: Path = typer.Option(..., "--config", "-c", help="Controller config (YAML)."),
+    instance: str | None = typer.Option(
+        None,
+        "--id",
+        envvar="HA_OPS_CONTROLLER_ID",
+        help="This instance's name, over the config's `id` (on Kubernetes: the pod's name, so replicas differ).",
+    ),
+) -> None:
     """Run one controller instance (start one on each controller host; they elect a leader)."""
     from ha_ops.remediation.controller import Controller
     from ha_ops.remediation.executor import Executor
     from ha_ops.remediation.nodeops import SshNodeOps
-    from ha_ops.schedulers.slurm import Slurm
-    from ha_ops.transport.local import LocalTransport
 
     cfg = load_controller_config(config)
+    if instance:
+        cfg = cfg.model_copy(update={"id": instance})
     logging.getLogger("ha_ops").setLevel(logging.INFO)
-    slurm = Slurm(LocalTransport(cfg.id), timeout=cfg.slurm_timeout_s)
-    controller = Controller(cfg, Executor(slurm, SshNodeOps(cfg.access), cfg.partition))
+    controller = Controller(cfg, Executor(make_scheduler(cfg), SshNodeOps(cfg.access), cfg.partition))
     mode = "shadow mode (dry run): decides and audits, changes nothing" if cfg.safety.dry_run else "acting"
-    output.info(f"controller {cfg.id}: state in {cfg.state_dir}, {mode}")
+    output.info(f"controller {cfg.id} ({cfg.scheduler}): state in {cfg.state_dir}, {mode}")
     controller.run()
 
 

@@ -4,6 +4,7 @@ how to reach nodes. Unknown keys are rejected."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field
 
@@ -91,12 +92,36 @@ class PoolConfig(ConfigModel):
     spares: list[str] = Field(default_factory=list)
 
 
+class KubernetesLeaseConfig(ConfigModel):
+    """The leader lease as a coordination.k8s.io Lease (remediation/k8s_lease.py) instead of a file in state_dir."""
+
+    namespace: str = Field("ha-ops", min_length=1)
+    name: str = Field("ha-ops-controller", min_length=1)
+
+
+class KubernetesConfig(ConfigModel):
+    """The Kubernetes API, for the scheduler (`scheduler: kubernetes`) and/or the lease."""
+
+    kubeconfig: Path | None = Field(None, description="None: the pod's service account (or $KUBECONFIG).")
+    lease: KubernetesLeaseConfig | None = Field(None, description="None: the file lease in state_dir.")
+    eviction_timeout_s: float = Field(
+        30.0, gt=0, description="How long an eviction a PodDisruptionBudget refuses is retried."
+    )
+    default_drain_policy: Literal["immediate", "allow-completion", "delete-after-timeout"] = Field(
+        "immediate", description="For namespaces without the annotation ha-ops.io/drain-policy."
+    )
+
+
 class ControllerConfig(ConfigModel):
     id: str = Field(min_length=1, description="This instance's name, unique among the controllers.")
     listen_address: str = "0.0.0.0"
     port: int = Field(8800, ge=1, le=65535)
     peers: list[str] = Field(default_factory=list, description="Other controllers' base URLs (to name the leader).")
     state_dir: Path = Field(description="Shared storage both controllers see: lease, state, audit log.")
+    scheduler: Literal["slurm", "kubernetes"] = Field(
+        "slurm", description="Whose nodes and jobs the controller acts on (schedulers/); `partition` names the pool."
+    )
+    kubernetes: KubernetesConfig | None = None
     lease_ttl_s: float = Field(3.0, gt=0)
     lease_renew_s: float = Field(1.0, gt=0)
     lease_margin_s: float = Field(0.5, ge=0)

@@ -26,7 +26,7 @@ from ha_ops.remediation import monitoring_watch, policy
 from ha_ops.remediation.audit import AuditLog
 from ha_ops.remediation.config import ControllerConfig
 from ha_ops.remediation.executor import Executor
-from ha_ops.remediation.lease import Lease, LeaseLost
+from ha_ops.remediation.lease import LeaderLease, Lease, LeaseLost
 from ha_ops.remediation.model import ControllerState, Intent, NodePhase
 from ha_ops.remediation.slurm_fence import FenceWatch, fence_primary
 from ha_ops.remediation.store import StateStore
@@ -43,7 +43,7 @@ class Controller:
         self.clock = clock
         directory = config.state_dir
         directory.mkdir(parents=True, exist_ok=True)
-        self.lease = Lease(directory, config.id, config.lease_ttl_s, config.lease_margin_s, clock)
+        self.lease = make_lease(config, clock)
         self.store = StateStore(directory / "state.json", self.lease)
         self.audit = AuditLog(directory / "audit.jsonl")
         self.views = ViewStore(directory, config.id)
@@ -455,7 +455,7 @@ class Controller:
         lease_thread = threading.Thread(target=self._lease_loop, name="lease", daemon=True)
         lease_thread.start()
         threading.Thread(target=self._node_state_loop, name="node-states", daemon=True).start()
-        if self.config.slurm_fence.enabled:
+        if self.config.slurm_fence.enabled and self.config.scheduler == "slurm":  # (Slurm's controllers only)
             threading.Thread(target=self._fence_loop, name="slurm-fence", daemon=True).start()
         if self.config.monitoring is not None:
             threading.Thread(target=self._monitoring_loop, name="monitoring", daemon=True).start()
@@ -489,6 +489,20 @@ class Controller:
             if state is not None:
                 data["state"] = state.model_dump(mode="json")
         return data
+
+
+def make_lease(config: ControllerConfig, clock: Callable[[], float]) -> LeaderLease:
+    """The lease the config names: a Kubernetes Lease, or a file in the shared state folder."""
+    if config.kubernetes is not None and config.kubernetes.lease is not None:
+        from ha_ops.remediation.k8s_lease import KubernetesLease
+        from ha_ops.schedulers.kubernetes import client_from_kubeconfig
+
+        where = config.kubernetes.lease
+        # Its own client, with a timeout under the lease's life: a renewal must not outlast the term it renews.
+        client = client_from_kubeconfig(config.kubernetes.kubeconfig, timeout_s=max(1.0, config.lease_ttl_s / 2))
+        return KubernetesLease(client, where.name, where.namespace, config.id, config.lease_ttl_s,
+                               config.lease_margin_s, clock)  # fmt: skip
+    return Lease(config.state_dir, config.id, config.lease_ttl_s, config.lease_margin_s, clock)
 
 
 class _Metrics(Collector):

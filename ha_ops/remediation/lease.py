@@ -29,9 +29,10 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import AbstractContextManager, contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from ha_ops.errors import HaOpsError
 from ha_ops.util.atomic import write_atomic
@@ -58,6 +59,27 @@ class LeaseRecord:
     holder: str
     token: int
     expires_at: float
+
+
+class LeaderLease(Protocol):
+    """What the controller and its state store ask of a lease: this file lease, or a Kubernetes Lease
+    (k8s_lease.py)."""
+
+    me: str
+    token: int | None
+    renewed_until: float
+
+    def read(self) -> LeaseRecord | None: ...
+
+    def acquire_or_renew(self) -> bool: ...
+
+    def current(self) -> bool: ...
+
+    def check(self, token: int) -> None: ...
+
+    def fenced(self, token: int) -> AbstractContextManager[None]: ...
+
+    def release(self) -> None: ...
 
 
 class Lease:

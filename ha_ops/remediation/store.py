@@ -8,7 +8,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from ha_ops.errors import HaOpsError
-from ha_ops.remediation.lease import Lease
+from ha_ops.remediation.lease import LeaderLease
 from ha_ops.remediation.model import STATE_VERSION, ControllerState
 from ha_ops.util.atomic import write_atomic
 
@@ -18,7 +18,7 @@ class StateError(HaOpsError):
 
 
 class StateStore:
-    def __init__(self, path: Path, lease: Lease) -> None:
+    def __init__(self, path: Path, lease: LeaderLease) -> None:
         self.path = Path(path)
         self.lease = lease
 

@@ -103,17 +103,23 @@ class NodeFacts:
 
     ready: bool
     down: bool  # ha-ops' NoExecute taint: a lost node
-    cordoned: bool
+    cordoned: bool  # spec.unschedulable, and, when ha-ops cordoned it, its taint and condition in place too
     reason: str  # the reason ha-ops (or its agent) wrote, "" if none
 
     @classmethod
     def of(cls, node: dict[str, Any]) -> NodeFacts:
         spec, meta, status = node.get("spec") or {}, node.get("metadata") or {}, node.get("status") or {}
-        ready = next((c.get("status") for c in status.get("conditions") or [] if c.get("type") == "Ready"), "Unknown")
+        conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
         taints = spec.get("taints") or []
         down = any(t.get("key") == TAINT_KEY and t.get("effect") == "NoExecute" for t in taints)
         reason = (meta.get("annotations") or {}).get(REASON_ANNOTATION, "")
-        return cls(ready == "True", down, bool(spec.get("unschedulable")), reason)
+        cordoned = bool(spec.get("unschedulable"))
+        if cordoned and reason.startswith(REASON_PREFIX):
+            # Nothing half-applied: ha-ops' drain is whole only with its taint and condition too; a cordon without
+            # them reads as not drained, so the (idempotent) drain runs again and repairs it.
+            tainted = any(t.get("key") == TAINT_KEY and t.get("effect") == "NoSchedule" for t in taints)
+            cordoned = tainted and conditions.get(CONDITION) == "False"
+        return cls(conditions.get("Ready") == "True", down, cordoned, reason)
 
     def sinfo_state(self, pods: int) -> str:
         """As `sinfo -o %T` would say it: idle, allocated, drained, draining, down; `*` when not responding."""

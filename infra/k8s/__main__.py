@@ -11,6 +11,8 @@ import pulumi_kubernetes as k8s
 import yaml
 
 from ha_ops.iac.components import ClusterK8sLayer, ClusterK8sLayerArgs
+from ha_ops.iac.components.k8s_manifests import K8sLayerConfig
+from ha_ops.iac.components.k8s_manifests import controller_config as controller_config_for
 from ha_ops.iac.policy import enforce_spec
 from ha_ops.spec import compute_layout, load_spec
 
@@ -18,9 +20,8 @@ config = pulumi.Config()
 spec = load_spec(Path(config.require("spec")))
 enforce_spec(spec)
 gpu_nodes = [n.name for n in compute_layout(spec).nodes_with_role("gpu")]
-controller_config = yaml.safe_dump(
-    {"id": "k8s", "state_dir": "/var/lib/ha-ops/controller", "pools": {"gpu": {"nodes": gpu_nodes}}}
-)
+pool = spec.schedulers.slurm.partition if spec.schedulers.slurm else "gpu"  # the nodes' ha-ops.io/pool label
+controller_config = yaml.safe_dump(controller_config_for(spec, K8sLayerConfig(), pool, gpu_nodes))
 # With `render_dir` the manifests are written there instead of applied (no cluster needed: previews, reviews).
 render_dir = config.get("render_dir")
 if render_dir:

@@ -8,6 +8,7 @@ import http.client
 import ssl
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -15,14 +16,18 @@ import yaml
 from lightkube import ApiError, Client, codecs
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.apps_v1 import Deployment
+from lightkube.resources.coordination_v1 import Lease as LeaseObject
 from lightkube.resources.core_v1 import Namespace, Node, Pod
 from lightkube.resources.scheduling_v1 import PriorityClass
+from lightkube.types import PatchType
 
 from ha_ops.iac.engine import PulumiEngine
 from ha_ops.lab import kubernetes
 from ha_ops.lab.cluster import Lab
 from ha_ops.lab.paths import LabPaths
 from ha_ops.remediation.executor import Executor
+from ha_ops.remediation.k8s_lease import KubernetesLease
+from ha_ops.remediation.lease import LeaseLost
 from ha_ops.remediation.model import Intent
 from ha_ops.schedulers.kubernetes import (
     CONDITION,
@@ -262,6 +267,13 @@ def test_the_kubernetes_scheduler_takes_a_node_out_evicts_within_budgets_brings_
 
     assert run("drain", node) == "drained"
     assert run("drain", node).startswith("already drained")  # safe to repeat
+    # Nothing half-applied: our cordon with its taint gone reads as not drained, and the drain repairs it.
+    taints = api.get(Node, node).to_dict()["spec"]["taints"]
+    api.patch(
+        Node, node, {"spec": {"taints": [t for t in taints if t["key"] != TAINT_KEY]}}, patch_type=PatchType.MERGE
+    )
+    assert not scheduler.node(node).drained
+    assert run("drain", node) == "drained"
     facts = api.get(Node, node).to_dict()
     assert facts["spec"]["unschedulable"] is True
     assert {"key": TAINT_KEY, "value": "GPU1-xid-XID-79", "effect": "NoSchedule"} in facts["spec"]["taints"]
@@ -299,3 +311,36 @@ def test_the_kubernetes_scheduler_takes_a_node_out_evicts_within_budgets_brings_
         scheduler.node("gpu99")
     for namespace in ("ml", "serving"):
         api.delete(Namespace, namespace)
+
+
+def test_a_kubernetes_lease_elects_one_holder_fences_a_deposed_one_and_hands_over_on_expiry(api: Client) -> None:
+    """The leader lease as a coordination.k8s.io Lease against the real API server: of controllers racing for it one
+    wins (the others get 409), the token (leaseTransitions) grows at each new holder, and a holder that stopped
+    renewing is fenced once another took over."""
+    name = "ha-ops-controller-test"
+
+    def lease(me: str) -> KubernetesLease:
+        return KubernetesLease(api, name, "default", me, ttl_s=2.0, margin_s=0.3)
+
+    racers = [lease(f"pod-{i}") for i in range(6)]
+    with ThreadPoolExecutor(len(racers)) as pool:
+        won = list(pool.map(lambda r: r.acquire_or_renew(), racers))
+    assert won.count(True) == 1, won
+    first = racers[won.index(True)]
+    token = first.token
+    assert token is not None
+    first.check(token)
+    assert first.acquire_or_renew() and first.token == token  # renewing keeps the term
+    others = [r for r in racers if r is not first]
+    assert not any(r.acquire_or_renew() for r in others)  # held and fresh: nobody takes it
+    # The holder stops renewing (frozen, or cut off): another takes over once the lease has not changed for its
+    # duration on the taker's own clock, in a term of its own.
+    taker = others[0]
+    wait_for("the lease taken over", taker.acquire_or_renew, timeout=10, interval=0.2)
+    assert taker.token == token + 1
+    with pytest.raises(LeaseLost):
+        first.check(token)  # the deposed holder acts on nothing
+    assert not first.acquire_or_renew()
+    taker.release()
+    assert lease("pod-new").acquire_or_renew()  # a released lease is free at once
+    api.delete(LeaseObject, name, namespace="default")

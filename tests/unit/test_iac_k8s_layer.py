@@ -133,6 +133,40 @@ def test_the_controller_runs_two_replicas_kept_apart(mocks: Harness, spec_name: 
     assert selects({"matchLabels": service["spec"]["selector"]}, labels)
 
 
+def test_the_controller_may_touch_nodes_and_evict_pods_cluster_wide_but_not_delete_nodes(mocks: Harness) -> None:
+    build(mocks)
+    role = obj(mocks, "ClusterRole", "ha-ops-controller-nodes")
+    verbs = {(group, resource): set(rule["verbs"]) for rule in role["rules"] for group in rule["apiGroups"]
+             for resource in rule["resources"]}  # fmt: skip
+    assert verbs[("", "nodes")] == {"get", "list", "watch", "patch"}  # no delete, no create
+    assert verbs[("", "nodes/status")] == {"patch"} and verbs[("", "pods/eviction")] == {"create"}
+    binding = obj(mocks, "ClusterRoleBinding", "ha-ops-controller-nodes")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "ha-ops-controller", "namespace": "ha-ops"}]
+
+
+def test_each_controller_replica_is_named_by_its_pod_and_writes_only_its_state_volume(mocks: Harness) -> None:
+    build(mocks)
+    pod = obj(mocks, "Deployment", "ha-ops-controller")["spec"]["template"]["spec"]
+    [container] = pod["containers"]
+    assert {"name": "HA_OPS_CONTROLLER_ID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}} in container[
+        "env"]  # fmt: skip
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    mounts = {v["name"]: v["mountPath"] for v in container["volumeMounts"]}
+    assert mounts["state"] == "/var/lib/ha-ops/controller"
+
+
+def test_the_rendered_controller_config_drives_kubernetes_with_a_lease() -> None:
+    from ha_ops.iac.components.k8s_manifests import K8sLayerConfig, controller_config
+    from ha_ops.remediation.config import ControllerConfig
+
+    spec = example("lab.yaml")
+    config = ControllerConfig.model_validate(controller_config(spec, K8sLayerConfig(), "gpu", ["gpu1", "gpu2"]))
+    assert config.scheduler == "kubernetes" and config.partition == "gpu"
+    assert config.kubernetes is not None and config.kubernetes.lease is not None
+    assert (config.kubernetes.lease.namespace, config.kubernetes.lease.name) == ("ha-ops", "ha-ops-controller")
+    assert str(config.state_dir) == "/var/lib/ha-ops/controller"
+
+
 def test_the_controller_may_only_use_leases(mocks: Harness) -> None:
     build(mocks)
     role = obj(mocks, "Role", "ha-ops-controller-leases")

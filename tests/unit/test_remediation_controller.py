@@ -5,17 +5,27 @@ deposed leader acts on nothing; dry run changes nothing; metrics."""
 from __future__ import annotations
 
 import json
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from prometheus_client import generate_latest
 
 from ha_ops.errors import TransportError
 from ha_ops.health.report import AgentReport, ReportFinding
 from ha_ops.remediation.audit import AuditHead, verify
-from ha_ops.remediation.config import ControllerConfig, Ladder, PoolConfig, Safety, SlurmFence
+from ha_ops.remediation.config import (
+    ControllerConfig,
+    KubernetesConfig,
+    KubernetesLeaseConfig,
+    Ladder,
+    PoolConfig,
+    Safety,
+    SlurmFence,
+)
 from ha_ops.remediation.controller import Controller
 from ha_ops.remediation.executor import ActionFailed
 from ha_ops.remediation.lease import LeaseLost
@@ -590,3 +600,23 @@ def test_a_lost_node_needs_silence_on_both_controllers(rig: Rig, tmp_path: Path)
     rig.c.tick()
     assert [k for k, n in rig.executor.calls if n == "n1"] == []
     assert rig.state().nodes["n1"].phase == "healthy"
+
+
+def test_the_config_chooses_the_lease_a_file_by_default_or_a_kubernetes_lease(tmp_path: Path) -> None:
+    from ha_ops.remediation.controller import make_lease
+    from ha_ops.remediation.k8s_lease import KubernetesLease
+    from ha_ops.remediation.lease import Lease
+
+    assert isinstance(make_lease(make_config(tmp_path), time.time), Lease)
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "k", "cluster": {"server": "https://127.0.0.1:1"}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}],
+    }))  # fmt: skip
+    k8s = KubernetesConfig(kubeconfig=kubeconfig, lease=KubernetesLeaseConfig(namespace="ops"))
+    config = make_config(tmp_path).model_copy(update={"kubernetes": k8s})
+    lease = make_lease(config, time.time)  # (no request yet: the client connects on first use)
+    assert isinstance(lease, KubernetesLease)
+    assert (lease.namespace, lease.name, lease.me) == ("ops", "ha-ops-controller", "ctl1")

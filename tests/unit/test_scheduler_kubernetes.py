@@ -5,12 +5,16 @@ from __future__ import annotations
 
 from typing import Any
 
+import httpx2
 import pytest
+from lightkube import ApiError
 
 from ha_ops.schedulers.kubernetes import (
     REASON_ANNOTATION,
     SPARE_TAINT_KEY,
     TAINT_KEY,
+    KubernetesError,
+    KubernetesScheduler,
     NodeFacts,
     pod_job,
     retry_after,
@@ -52,6 +56,19 @@ def test_a_node_reads_as_the_policy_state_sinfo_or_scontrol_would_give(
     read = NodeFacts.of(facts)
     assert read.sinfo_state(pods) == sinfo
     assert read.scontrol_state(pods) == scontrol
+
+
+def test_a_drain_of_ours_missing_its_taint_or_condition_reads_as_not_drained_so_it_is_done_again() -> None:
+    ours = "ha-ops: GPU1 xid: XID 79"
+    whole = node(cordoned=True, reason=ours, taints=[{"key": TAINT_KEY, "value": "x", "effect": "NoSchedule"}])
+    whole["status"]["conditions"].append({"type": "GpuHealthy", "status": "False"})
+    assert NodeFacts.of(whole).scontrol_state(0) == "IDLE+DRAIN"
+    no_taint = node(cordoned=True, reason=ours)
+    no_taint["status"]["conditions"].append({"type": "GpuHealthy", "status": "False"})
+    assert NodeFacts.of(no_taint).scontrol_state(0) == "IDLE"
+    no_condition = node(cordoned=True, reason=ours, taints=[{"key": TAINT_KEY, "value": "x", "effect": "NoSchedule"}])
+    assert NodeFacts.of(no_condition).sinfo_state(0) == "idle"
+    assert NodeFacts.of(node(cordoned=True)).scontrol_state(0) == "IDLE+DRAIN"  # someone else's cordon: as it is
 
 
 def test_the_reason_is_read_from_the_annotation_only() -> None:
@@ -110,3 +127,48 @@ def test_retry_after_is_honoured_and_capped_and_otherwise_backs_off() -> None:
     assert retry_after({"retry-after": "soon"}, attempt=1) == 0.4
     assert [retry_after({}, attempt=a) for a in range(3)] == [0.2, 0.4, 0.8]
     assert retry_after(None, attempt=10) == 10.0
+
+
+def api_error(code: int, retry_after_s: str | None = None) -> ApiError:
+    headers = {"Retry-After": retry_after_s} if retry_after_s else {}
+    request = httpx2.Request("PATCH", "https://api/api/v1/nodes/n1")
+    body = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code, "message": f"said {code}"}
+    return ApiError(request=request, response=httpx2.Response(code, headers=headers, json=body, request=request))
+
+
+def scheduler_that_sleeps(waits: list[float]) -> KubernetesScheduler:
+    return KubernetesScheduler(client=None, sleep=waits.append)  # type: ignore[arg-type]  # (only _call is used)
+
+
+def test_429_and_409_are_retried_honouring_retry_after_then_succeed() -> None:
+    waits: list[float] = []
+    answers = iter([api_error(429, "2"), api_error(409), "done"])
+
+    def call() -> str:
+        answer = next(answers)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    assert scheduler_that_sleeps(waits)._call("patch node n1", call) == "done"
+    assert waits == [2.0, 0.4]  # the server's Retry-After, then the backoff of the second attempt
+
+
+def test_403_is_retried_twice_then_named_and_a_400_at_once() -> None:
+    waits: list[float] = []
+    sched = scheduler_that_sleeps(waits)
+
+    def forbidden() -> None:
+        raise api_error(403)
+
+    with pytest.raises(KubernetesError, match="patch node n1: 403 said 403"):
+        sched._call("patch node n1", forbidden)
+    assert len(waits) == 2
+
+    def bad() -> None:
+        raise api_error(400)
+
+    waits.clear()
+    with pytest.raises(KubernetesError, match="400"):
+        sched._call("patch node n1", bad)
+    assert waits == []

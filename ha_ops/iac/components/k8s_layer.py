@@ -109,6 +109,20 @@ class ClusterK8sLayer(pulumi.ComponentResource):
             subjects=[{"kind": "ServiceAccount", "name": controller_sa.metadata.name, "namespace": namespace}],
             opts=child,
         )
+        cluster_role = k8s.rbac.v1.ClusterRole(
+            f"{name}-controller-nodes",
+            metadata={"name": f"{m.CONTROLLER}-nodes", "labels": m.CONTROLLER_LABELS},
+            rules=m.controller_cluster_role_rules(),
+            opts=child,
+        )
+        k8s.rbac.v1.ClusterRoleBinding(
+            f"{name}-controller-nodes",
+            metadata={"name": f"{m.CONTROLLER}-nodes", "labels": m.CONTROLLER_LABELS},
+            role_ref={"api_group": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                      "name": cluster_role.metadata.name},
+            subjects=[{"kind": "ServiceAccount", "name": controller_sa.metadata.name, "namespace": namespace}],
+            opts=child,
+        )  # fmt: skip
         k8s.core.v1.ConfigMap(
             f"{name}-controller-config",
             metadata=meta(m.CONTROLLER, m.CONTROLLER_LABELS),

@@ -12,6 +12,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from ha_ops.health.config import AgentConfig
+from ha_ops.remediation.config import ControllerConfig
 from ha_ops.schedulers.kubernetes import SPARE_TAINT_KEY, TAINT_KEY
 from ha_ops.spec.model import ClusterSpec
 
@@ -132,6 +133,38 @@ def agent_pod_spec(spec: ClusterSpec, cfg: K8sLayerConfig, image: str) -> dict[s
     }
 
 
+CONTROLLER_STATE_PATH = "/var/lib/ha-ops/controller"
+
+
+def controller_config(spec: ClusterSpec, cfg: K8sLayerConfig, pool: str, nodes: list[str]) -> dict[str, Any]:
+    """The controller's config on Kubernetes, checked by its own model: the Kubernetes scheduler and a Lease in the
+    layer's namespace; each replica's id is its pod name (`--id` from HA_OPS_CONTROLLER_ID), never the `id` here."""
+    data = {
+        "id": "set-by-pod-name",
+        "state_dir": CONTROLLER_STATE_PATH,
+        "port": controller_port(spec),
+        "scheduler": "kubernetes",
+        "partition": pool,
+        "kubernetes": {"lease": {"namespace": cfg.namespace, "name": CONTROLLER}},
+        "pools": {pool: {"nodes": nodes}},
+    }
+    ControllerConfig.model_validate(data)
+    return data
+
+
+def controller_cluster_role_rules() -> list[dict[str, Any]]:
+    """What the Kubernetes scheduler adapter does (schedulers/kubernetes.py) and nothing more: read and patch nodes
+    and their status (cordon, taints, the GpuHealthy condition), read pods and namespaces (drain policies), evict
+    pods (the Eviction API honours PodDisruptionBudgets), delete a pod only for `delete-after-timeout`."""
+    return [
+        {"api_groups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch", "patch"]},
+        {"api_groups": [""], "resources": ["nodes/status"], "verbs": ["patch"]},
+        {"api_groups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "delete"]},
+        {"api_groups": [""], "resources": ["pods/eviction"], "verbs": ["create"]},
+        {"api_groups": [""], "resources": ["namespaces"], "verbs": ["get"]},
+    ]
+
+
 def controller_pod_spec(spec: ClusterSpec, image: str) -> dict[str, Any]:
     port = controller_port(spec)
     return {
@@ -151,18 +184,22 @@ def controller_pod_spec(spec: ClusterSpec, image: str) -> dict[str, Any]:
                 "command": ["ha-ops"],
                 "args": ["controller", "run", "--config", CONTROLLER_CONFIG_PATH],
                 "env": [
-                    # The Lease's holderIdentity and namespace.
-                    {"name": "POD_NAME", "value_from": {"field_ref": {"field_path": "metadata.name"}}},
-                    {"name": "POD_NAMESPACE", "value_from": {"field_ref": {"field_path": "metadata.namespace"}}},
+                    # Each replica's id, and so the Lease's holderIdentity: its pod name.
+                    {"name": "HA_OPS_CONTROLLER_ID", "value_from": {"field_ref": {"field_path": "metadata.name"}}},
                 ],
                 "ports": [{"name": "http", "container_port": port, "protocol": "TCP"}],
                 "readiness_probe": {"http_get": {"path": "/healthz", "port": port}, "period_seconds": 5},
-                "volume_mounts": [{"name": "config", "mount_path": "/etc/ha-ops", "read_only": True}],
+                "volume_mounts": [
+                    {"name": "config", "mount_path": "/etc/ha-ops", "read_only": True},
+                    # The root file system is read-only: the state folder is a volume. (Per pod for now: the
+                    # state in the API, shared by both replicas, is the next step of issue 19.)
+                    {"name": "state", "mount_path": CONTROLLER_STATE_PATH},
+                ],
                 "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}},
                 "security_context": {"allow_privilege_escalation": False, "read_only_root_filesystem": True},
             }
         ],
-        "volumes": [{"name": "config", "config_map": {"name": CONTROLLER}}],
+        "volumes": [{"name": "config", "config_map": {"name": CONTROLLER}}, {"name": "state", "empty_dir": {}}],
     }
 
 

@@ -1,0 +1,157 @@
+"""The leader lease as a Kubernetes Lease (coordination.k8s.io/v1), with the file lease's semantics (lease.py): one
+holder at a time, a fencing token that only grows, `check(token)` before every action, a margin before expiry.
+
+- The holder is `spec.holderIdentity` (the pod's name); the token is `spec.leaseTransitions`, which grows by one at
+  every change of holder.
+- Every write carries the resourceVersion read, so of two controllers taking an expired lease one wins and the
+  other gets 409 Conflict: the API server's optimistic concurrency is the atomic claim that link(2) is on shared
+  storage.
+- Expiry is judged on each controller's own clock, as client-go's leader election does: a standby counts the lease
+  expired once its resourceVersion has not changed for the lease duration since it first saw it, so clock skew
+  between hosts never hands the lease over early. The holder's own checks use the time its last renewal was sent.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+
+import httpx2
+from lightkube import ApiError, Client
+from lightkube.models.coordination_v1 import LeaseSpec
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.coordination_v1 import Lease as LeaseObject
+
+from ha_ops.remediation.lease import LeaseLost, LeaseRecord
+
+
+class KubernetesLease:
+    def __init__(
+        self,
+        client: Client,
+        name: str,
+        namespace: str,
+        me: str,
+        ttl_s: float = 3.0,
+        margin_s: float = 0.5,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.client = client
+        self.name = name
+        self.namespace = namespace
+        self.me = me
+        self.ttl_s = ttl_s
+        self.duration_s = max(1, math.ceil(ttl_s))  # the API keeps whole seconds
+        self.margin_s = margin_s
+        self.clock = clock
+        self.token: int | None = None
+        self.renewed_until = 0.0
+        self._seen: tuple[str, float] = ("", 0.0)  # (resourceVersion, when this controller first saw it)
+        self._lock = threading.RLock()
+
+    def _get(self) -> LeaseObject | None:
+        try:
+            return self.client.get(LeaseObject, self.name, namespace=self.namespace)
+        except ApiError as exc:
+            if exc.status.code == 404:
+                return None
+            raise
+
+    def _expires_at(self, lease: LeaseObject) -> float:
+        """When the lease runs out on this controller's clock: the lease duration after its current version was
+        first seen here."""
+        version = lease.metadata.resourceVersion if lease.metadata else ""
+        if self._seen[0] != version:
+            self._seen = (version or "", self.clock())
+        spec = lease.spec or LeaseSpec()
+        if not spec.holderIdentity:
+            return 0.0
+        return self._seen[1] + (spec.leaseDurationSeconds or self.duration_s)
+
+    def read(self) -> LeaseRecord | None:
+        try:
+            lease = self._get()
+        except (ApiError, httpx2.HTTPError):
+            return None
+        if lease is None:
+            return None
+        spec = lease.spec or LeaseSpec()
+        return LeaseRecord(spec.holderIdentity or "", spec.leaseTransitions or 0, self._expires_at(lease))
+
+    def acquire_or_renew(self) -> bool:
+        """Take the lease if free or expired, renew it if ours. Returns True while this controller leads. API
+        errors other than a lost race propagate as OSError, as the file lease's storage errors do."""
+        with self._lock:
+            sent_at = self.clock()
+            now_api = datetime.now(UTC)
+            try:
+                lease = self._get()
+                if lease is None:
+                    token = 1
+                    body = LeaseObject(
+                        metadata=ObjectMeta(name=self.name, namespace=self.namespace),
+                        spec=LeaseSpec(holderIdentity=self.me, leaseDurationSeconds=self.duration_s,
+                                       acquireTime=now_api, renewTime=now_api, leaseTransitions=token),
+                    )  # fmt: skip
+                    self.client.create(body)
+                else:
+                    spec = lease.spec or LeaseSpec()
+                    transitions = spec.leaseTransitions or 0
+                    ours = spec.holderIdentity == self.me and transitions == self.token
+                    if not ours and spec.holderIdentity and self._expires_at(lease) > sent_at:
+                        self.token = None
+                        return False
+                    token = transitions if ours else transitions + 1
+                    spec.holderIdentity = self.me
+                    spec.leaseDurationSeconds = self.duration_s
+                    spec.renewTime = now_api
+                    if not ours:
+                        spec.acquireTime, spec.leaseTransitions = now_api, token
+                    lease.spec = spec
+                    self.client.replace(lease)  # carries the resourceVersion read: 409 if another wrote first
+            except ApiError as exc:
+                if exc.status.code == 409:  # another controller took (or renewed) it first
+                    self.token = None
+                    return False
+                raise OSError(f"lease {self.namespace}/{self.name}: {exc.status.code} {exc.status.message}") from None
+            except httpx2.HTTPError as exc:
+                raise OSError(f"lease {self.namespace}/{self.name}: {exc}") from None
+            self.token = token
+            self.renewed_until = sent_at + self.duration_s
+            return True
+
+    def current(self) -> bool:
+        return self.token is not None and self.clock() < self.renewed_until
+
+    def check(self, token: int) -> None:
+        with self.fenced(token):
+            pass
+
+    @contextmanager
+    def fenced(self, token: int) -> Iterator[None]:
+        with self._lock:
+            record = self.read()
+            if record is None or record.holder != self.me or record.token != token:
+                if token == self.token:
+                    self.token = None
+                holder = f"{record.holder} (token {record.token})" if record and record.holder else "nobody"
+                raise LeaseLost(f"{self.me} with token {token} is not the leader; the lease is held by {holder}")
+            left = self.renewed_until - self.clock()
+            if left < self.margin_s:
+                raise LeaseLost(f"{self.me}'s lease has {left:.2f} s left, under the margin")
+            yield
+
+    def release(self) -> None:
+        with self._lock:
+            try:
+                lease = self._get()
+                if lease is not None and lease.spec is not None and lease.spec.holderIdentity == self.me:
+                    lease.spec.holderIdentity = None
+                    self.client.replace(lease)
+            except (ApiError, httpx2.HTTPError):
+                pass  # it runs out by itself
+            self.token = None
