@@ -26,10 +26,10 @@ from lightkube.models.coordination_v1 import LeaseSpec
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.coordination_v1 import Lease as LeaseObject
 
-from ha_ops.remediation.lease import LeaseLost, LeaseRecord
+from ha_ops.remediation.lease import LeaseLost, LeaseRecord, LeaseTerm
 
 
-class KubernetesLease:
+class KubernetesLease(LeaseTerm):
     def __init__(
         self,
         client: Client,
@@ -123,13 +123,6 @@ class KubernetesLease:
             self.token = token
             self.renewed_until = sent_at + self.duration_s
             return True
-
-    def current(self) -> bool:
-        return self.token is not None and self.clock() < self.renewed_until
-
-    def check(self, token: int) -> None:
-        with self.fenced(token):
-            pass
 
     @contextmanager
     def fenced(self, token: int) -> Iterator[None]:

@@ -82,7 +82,27 @@ class LeaderLease(Protocol):
     def release(self) -> None: ...
 
 
-class Lease:
+class LeaseTerm:
+    """What every lease does the same way, over its own `fenced` and the time its last renewal holds until."""
+
+    token: int | None
+    renewed_until: float
+    clock: Callable[[], float]
+
+    def current(self) -> bool:
+        """Whether this controller's term is still within its last renewal: a cheap check, no read of the lease."""
+        return self.token is not None and self.clock() < self.renewed_until
+
+    def check(self, token: int) -> None:
+        """Raise LeaseLost unless this controller still holds the lease with `token`, with margin to spare."""
+        with self.fenced(token):
+            pass
+
+    def fenced(self, token: int) -> AbstractContextManager[None]:
+        raise NotImplementedError
+
+
+class Lease(LeaseTerm):
     def __init__(
         self,
         directory: Path,
@@ -185,15 +205,6 @@ class Lease:
             self.token = token
             self.renewed_until = now + self.ttl_s
             return True
-
-    def current(self) -> bool:
-        """Whether this controller's term is still within its last renewal: a cheap check, no storage read."""
-        return self.token is not None and self.clock() < self.renewed_until
-
-    def check(self, token: int) -> None:
-        """Raise LeaseLost unless this controller still holds the lease with `token`, with margin to spare."""
-        with self.fenced(token):
-            pass
 
     @contextmanager
     def fenced(self, token: int) -> Iterator[None]:
