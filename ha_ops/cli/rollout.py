@@ -305,7 +305,7 @@ def plan_driver(
 # --- running ------------------------------------------------------------------------------------------------------
 def make_adapters(state: RolloutState, state_dir: Path) -> tuple[Scheduler, DriverApplier, Validator]:
     """The real doors: Slurm on this host, the gpu_driver role and node checks through ansible-runner."""
-    from ha_ops.rollout.slurm import SlurmScheduler
+    from ha_ops.rollout.scheduler import RolloutScheduler
     from ha_ops.schedulers.slurm import Slurm
     from ha_ops.transport.local import LocalTransport
 
@@ -322,7 +322,7 @@ def make_adapters(state: RolloutState, state_dir: Path) -> tuple[Scheduler, Driv
         burn_in_command=state.policy.burn_in_command,
         burn_in_timeout_s=state.policy.burn_in_timeout_s,
     )
-    return SlurmScheduler(Slurm(LocalTransport())), applier, validator
+    return RolloutScheduler(Slurm(LocalTransport())), applier, validator
 
 
 def _execute(store: RolloutStore) -> RolloutState:

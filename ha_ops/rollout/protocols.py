@@ -1,5 +1,5 @@
 """The three doors through which a rollout touches the world. The executor knows nothing else, so unit tests drive
-it with fakes and the lab and production plug in real ones (ha_ops/rollout/slurm.py, ha_ops/rollout/ansible.py).
+it with fakes and the lab and production plug in real ones (ha_ops/rollout/scheduler.py, ha_ops/rollout/ansible.py).
 
 Contract for every implementation: each call is safe to repeat. The executor persists a node's step *before* it
 acts, so after a crash it calls the same method again for that node; `drain` of a drained node, `resume` of a node

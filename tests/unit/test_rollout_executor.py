@@ -24,7 +24,7 @@ from ha_ops.rollout.executor import DRAIN_REASON_PREFIX, RolloutExecutor
 from ha_ops.rollout.plan import FleetNode, plan_rollout
 from ha_ops.rollout.policy import build_policy
 from ha_ops.rollout.protocols import ApplyResult, DriverFacts, Validation
-from ha_ops.rollout.slurm import SlurmScheduler
+from ha_ops.rollout.scheduler import RolloutScheduler
 from ha_ops.rollout.state import NodeStep, Phase, RolloutError, RolloutState, RolloutStore, new_state
 from ha_ops.schedulers.slurm import SlurmJob, SlurmNode
 
@@ -763,14 +763,15 @@ class FakeSlurm:
         self.log.append(f"requeue {job_id}")
         self.jobs = [j for j in self.jobs if j.id != job_id]
 
-    def node_states(self) -> dict[str, str]:
-        return {"gpu1": "idle", "gpu2": "drained", "gpu3": "down*", "gpu4": "mixed", "gpu5": "idle*"}
+    def node_states_and_reasons(self) -> dict[str, tuple[str, str]]:
+        states = {"gpu1": "idle", "gpu2": "drained", "gpu3": "down*", "gpu4": "mixed", "gpu5": "idle*"}
+        return {name: (state, "") for name, state in states.items()}
 
 
-def test_slurm_scheduler_drains_and_resumes_only_its_own() -> None:
+def test_the_rollout_scheduler_drains_and_resumes_only_its_own() -> None:
     slurm = FakeSlurm()
     clock = Clock()
-    scheduler = SlurmScheduler(slurm, poll_s=1, clock=clock, sleep=clock.sleep)  # type: ignore[arg-type]
+    scheduler = RolloutScheduler(slurm, poll_s=1, clock=clock, sleep=clock.sleep)  # type: ignore[arg-type]
     reason = f"{DRAIN_REASON_PREFIX} driver {TARGET} (r1)"
     scheduler.drain("gpu2", reason)  # drained by the agent: left alone
     scheduler.resume("gpu2")  # ... and never resumed by the rollout
