@@ -29,6 +29,8 @@ from ha_ops.remediation.executor import Executor
 from ha_ops.remediation.k8s_lease import KubernetesLease
 from ha_ops.remediation.lease import LeaseLost
 from ha_ops.remediation.model import Intent
+from ha_ops.rollout.executor import DRAIN_REASON_PREFIX
+from ha_ops.rollout.scheduler import RolloutScheduler
 from ha_ops.schedulers.kubernetes import (
     CONDITION,
     DRAIN_POLICY_ANNOTATION,
@@ -344,3 +346,20 @@ def test_a_kubernetes_lease_elects_one_holder_fences_a_deposed_one_and_hands_ove
     taker.release()
     assert lease("pod-new").acquire_or_renew()  # a released lease is free at once
     api.delete(LeaseObject, name, namespace="default")
+
+
+def test_the_rollout_drains_and_returns_a_node_through_the_kubernetes_adapter(api: Client) -> None:
+    scheduler = KubernetesScheduler(api, KubernetesOptions(pool="gpu"))
+    rollout = RolloutScheduler(scheduler, poll_s=0.5)
+    node = sorted(kubernetes.ready_nodes(api) & set(scheduler.partition_nodes("gpu")))[0]
+    assert rollout.node_healthy(node) and node not in rollout.unavailable()
+    rollout.drain(node, f"{DRAIN_REASON_PREFIX} driver 580.1 (r1)")
+    assert not rollout.node_healthy(node) and node in rollout.unavailable()
+    rollout.wait_idle(node, timeout=30)
+    rollout.resume(node)
+    assert rollout.node_healthy(node) and node not in rollout.unavailable()
+    # A node someone else cordoned (ha-ops' remediation) is never returned by the rollout.
+    scheduler.drain(node, "ha-ops: GPU1 xid: XID 79")
+    rollout.resume(node)
+    assert scheduler.node(node).drained
+    scheduler.resume(node)
