@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import logging
 import socket
+from collections.abc import Callable
 from pathlib import Path
+from typing import Literal
 
 import typer
 from rich.table import Table
@@ -14,7 +16,7 @@ from ha_ops.errors import SpecError
 from ha_ops.gpu import NoGpuError, open_backend
 from ha_ops.health.agent import Agent, http_poster
 from ha_ops.health.config import AgentConfig, load_agent_config
-from ha_ops.health.model import HealthState
+from ha_ops.health.model import HealthState, Verdict
 from ha_ops.schedulers.slurm import Slurm
 from ha_ops.transport.local import LocalTransport
 
@@ -45,6 +47,23 @@ FakeDirOpt = typer.Option(None, "--fake-dir", help="Folder of fake GPUs (fake ba
 NodeOpt = typer.Option(None, "--node", help="Node name as the scheduler knows it (default: hostname).")
 
 
+def _condition_writer(cfg: AgentConfig) -> Callable[[Verdict], None] | None:
+    """On Kubernetes: the node's GpuHealthy condition from each verdict (healthy or degraded: True)."""
+    if not cfg.kubernetes.enabled:
+        return None
+    from ha_ops.schedulers.kubernetes import client_from_kubeconfig, set_gpu_condition
+
+    client = client_from_kubeconfig(cfg.kubernetes.kubeconfig, timeout_s=cfg.controller.timeout_s)
+    statuses: dict[HealthState, Literal["True", "False", "Unknown"]] = {
+        HealthState.HEALTHY: "True", HealthState.DEGRADED: "True", HealthState.UNHEALTHY: "False",
+        HealthState.UNKNOWN: "Unknown"}  # fmt: skip
+
+    def write(verdict: Verdict) -> None:
+        set_gpu_condition(client, cfg.node, statuses[verdict.state], verdict.reason)
+
+    return write
+
+
 @agent_app.command("run")
 def run(
     config: Path | None = ConfigOpt,
@@ -58,7 +77,7 @@ def run(
     gpu = open_backend(cfg.backend, cfg.fake_dir)
     slurm = Slurm(LocalTransport(cfg.node), timeout=cfg.slurm.command_timeout_s) if cfg.slurm.enabled else None
     poster = http_poster(cfg.controller.urls, cfg.controller.timeout_s) if cfg.controller.urls else None
-    agent = Agent(cfg, gpu, slurm=slurm, poster=poster)
+    agent = Agent(cfg, gpu, slurm=slurm, poster=poster, condition=_condition_writer(cfg))
     output.info(
         f"agent on {cfg.node}: {gpu.device_count()} GPUs ({cfg.backend}), sweep every {cfg.sweep_interval_s:g} s, "
         f"metrics on {cfg.metrics.address}:{cfg.metrics.port}, "

@@ -40,6 +40,8 @@ from ha_ops.util.atomic import write_atomic
 log = logging.getLogger(__name__)
 
 Poster = Callable[[AgentReport], None]
+# Writes the node's condition from a verdict (on Kubernetes: GpuHealthy); raises when it cannot.
+ConditionWriter = Callable[[Verdict], None]
 
 
 def http_poster(urls: list[str], timeout: float) -> Poster:
@@ -107,12 +109,15 @@ class Agent:
         slurm: Slurm | None = None,
         poster: Poster | None = None,
         clock: Callable[[], float] = time.time,
+        condition: ConditionWriter | None = None,
     ) -> None:
         self.config = config
         self.backend = backend
         self.slurm = slurm if config.slurm.enabled else None
         self.poster = poster
         self.clock = clock
+        self.condition = condition
+        self._condition_written_at: float | None = None  # None: to write (never written, or the last write failed)
         self.ledger = EventLedger()
         self.previous: dict[int, GpuSample] = {}
         self.collector = AgentCollector(config.node)
@@ -187,10 +192,25 @@ class Agent:
 
     # --- acting on the verdict ------------------------------------------------------------------------------
     def _act(self, verdict: Verdict, changed: bool, now: float) -> None:
+        if self.condition is not None:
+            self._write_condition(verdict, changed, now)
         if self.poster is not None:
             self._report(verdict, changed, now)
         elif self.slurm is not None:
             self._slurm(verdict)
+
+    def _write_condition(self, verdict: Verdict, changed: bool, now: float) -> None:
+        written = self._condition_written_at
+        due = written is None or now - written >= self.config.kubernetes.refresh_s
+        if not (changed or due):
+            return
+        try:
+            assert self.condition is not None
+            self.condition(verdict)
+            self._condition_written_at = now
+        except Exception as exc:  # the API unreachable: the controller still hears the report; try next sweep
+            self._condition_written_at = None
+            log.warning("node condition not written: %s", exc)
 
     def _report(self, verdict: Verdict, changed: bool, now: float) -> None:
         due = now - self._last_report_at >= self.config.controller.heartbeat_s

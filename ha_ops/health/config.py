@@ -40,6 +40,14 @@ class ControllerReporting(ConfigModel):
     )
 
 
+class KubernetesCondition(ConfigModel):
+    """On a Kubernetes node: the agent keeps the node's `GpuHealthy` condition in step with its verdict."""
+
+    enabled: bool = False
+    kubeconfig: Path | None = Field(None, description="None: the pod's service account (or $KUBECONFIG).")
+    refresh_s: float = Field(60.0, gt=0, description="Write the condition again at least this often.")
+
+
 class AgentConfig(ConfigModel):
     node: str
     backend: Literal["nvml", "fake"] = "nvml"
@@ -50,6 +58,7 @@ class AgentConfig(ConfigModel):
     thresholds: Thresholds = Thresholds()
     slurm: SlurmReporting = SlurmReporting()
     controller: ControllerReporting = ControllerReporting()
+    kubernetes: KubernetesCondition = KubernetesCondition()
     state_file: Path | None = Field(None, description="Where the agent remembers that it drained the node.")
 
 

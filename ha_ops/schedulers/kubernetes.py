@@ -164,6 +164,17 @@ def without_taint(taints: list[dict[str, Any]], key: str) -> list[dict[str, Any]
     return [t for t in taints if t.get("key") != key]
 
 
+def set_gpu_condition(client: Client, node: str, status: Literal["True", "False", "Unknown"], message: str) -> None:
+    """The node's `GpuHealthy` condition (node-problem-detector style), merged by type into its status: the
+    controller sets it with a drain and a resume, the agent on the node as its verdict changes."""
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    reason = {"True": "GpuHealthy", "False": "GpuUnhealthy", "Unknown": "GpuUnreadable"}[status]
+    condition = {"type": CONDITION, "status": status, "reason": reason, "message": message[:1024] or reason,
+                 "lastHeartbeatTime": now, "lastTransitionTime": now}  # fmt: skip
+    body = {"status": {"conditions": [condition]}}
+    client.patch(Node.Status, node, body, patch_type=PatchType.STRATEGIC)
+
+
 # --- the adapter --------------------------------------------------------------------------------------------
 
 
@@ -234,17 +245,8 @@ class KubernetesScheduler:
         self._call(f"patch node {name}", attempt)
 
     def _condition(self, name: str, healthy: bool, reason: str) -> None:
-        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        condition = {
-            "type": CONDITION, "status": "True" if healthy else "False",
-            "reason": "GpuHealthy" if healthy else "GpuUnhealthy", "message": reason[:1024] or "healthy",
-            "lastHeartbeatTime": now, "lastTransitionTime": now,
-        }  # fmt: skip
-        body = {"status": {"conditions": [condition]}}
-        self._call(
-            f"set condition {CONDITION} on {name}",
-            lambda: self.client.patch(Node.Status, name, body, patch_type=PatchType.STRATEGIC),
-        )
+        self._call(f"set condition {CONDITION} on {name}",
+                   lambda: set_gpu_condition(self.client, name, "True" if healthy else "False", reason))  # fmt: skip
 
     # --- the Scheduler protocol -------------------------------------------------------------------------------
     def node(self, name: str) -> SchedulerNode:

@@ -13,11 +13,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-from lightkube import ApiError, Client, codecs
+from lightkube import ApiError, Client, KubeConfig, codecs
+from lightkube.models.authentication_v1 import BoundObjectReference, TokenRequestSpec
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.apps_v1 import Deployment
 from lightkube.resources.coordination_v1 import Lease as LeaseObject
-from lightkube.resources.core_v1 import Namespace, Node, Pod
+from lightkube.resources.core_v1 import Namespace, Node, Pod, ServiceAccount
 from lightkube.resources.scheduling_v1 import PriorityClass
 from lightkube.types import PatchType
 
@@ -40,6 +41,7 @@ from ha_ops.schedulers.kubernetes import (
     KubernetesOptions,
     KubernetesScheduler,
     UnknownNode,
+    set_gpu_condition,
 )
 from ha_ops.spec.model import Kubernetes
 from ha_ops.util.wait import wait_for
@@ -201,6 +203,7 @@ def test_the_k8s_layer_stack_deploys_ha_ops_onto_the_lab_kubernetes(klab: Lab, a
         controllers = wait_for("2 controllers Running", lambda: len(p := pods("ha-ops-controller")) == 2 and p,
                                timeout=120, interval=1.0)  # fmt: skip
         assert len(set(controllers.values())) == 2  # anti-affinity: never both on one node
+        agent_may_write_only_its_own_nodes_condition(klab, api, namespace, agents)
         assert {str(pc.metadata.name) for pc in api.list(PriorityClass) if pc.metadata} >= {
             "critical", "normal", "preemptible-training"}  # fmt: skip
     finally:
@@ -211,6 +214,44 @@ def test_the_k8s_layer_stack_deploys_ha_ops_onto_the_lab_kubernetes(klab: Lab, a
         assert left.status is not None and left.status.phase == "Terminating"
     except ApiError as exc:
         assert exc.status.code == 404
+
+
+def agent_may_write_only_its_own_nodes_condition(
+    klab: Lab, api: Client, namespace: str, agents: dict[str, str]
+) -> None:
+    """With the token an agent pod gets (bound to the pod, so it names the pod's node), the agent writes its own
+    node's GpuHealthy condition; another node's, or anything else of its own node, is refused."""
+    pod_name, own = sorted(agents.items())[0]
+    other = next(node for node in agents.values() if node != own)
+    pod = api.get(Pod, pod_name, namespace=namespace)
+    assert pod.metadata is not None
+    bound = BoundObjectReference(apiVersion="v1", kind="Pod", name=pod_name, uid=pod.metadata.uid)
+    answer = api.create(ServiceAccount.Token(spec=TokenRequestSpec(audiences=[], boundObjectRef=bound,
+                                                                   expirationSeconds=600)),
+                        "ha-ops-agent", namespace=namespace)  # fmt: skip
+    admin = yaml.safe_load(kubernetes.kubeconfig_path(klab.ctx).read_text())
+    as_agent = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "current-context": "agent",
+        "clusters": admin["clusters"],
+        "users": [{"name": "agent", "user": {"token": answer.status.token}}],
+        "contexts": [{"name": "agent", "context": {"cluster": admin["clusters"][0]["name"], "user": "agent"}}],
+    }
+    with Client(config=KubeConfig.from_dict(as_agent), trust_env=False) as agent:  # fmt: skip
+        set_gpu_condition(agent, own, "False", "GPU1 xid: XID 79 (written by the agent)")
+        [mine] = [c for c in api.get(Node, own).to_dict()["status"]["conditions"] if c["type"] == CONDITION]
+        assert (mine["status"], mine["message"]) == ("False", "GPU1 xid: XID 79 (written by the agent)")
+        with pytest.raises(ApiError) as refused:
+            set_gpu_condition(agent, other, "False", "forged")
+        assert "its own node only" in (refused.value.status.message or ""), refused.value.status
+        with pytest.raises(ApiError) as refused:  # the status of its own node, but not its condition
+            agent.patch(Node.Status, own, {"status": {"conditions": [{"type": "Ready", "status": "False"}]}})
+        assert "GpuHealthy condition only" in (refused.value.status.message or ""), refused.value.status
+        with pytest.raises(ApiError) as refused:  # nor the node itself (RBAC)
+            agent.patch(Node, own, {"spec": {"unschedulable": True}})
+        assert refused.value.status.code == 403
+        set_gpu_condition(agent, own, "True", "healthy")
 
 
 def _pods(api: Client, namespace: str, app: str) -> list[dict]:

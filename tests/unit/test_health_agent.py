@@ -733,3 +733,32 @@ def test_slurm_drain_and_resume_commands() -> None:
     assert len(reason) == 200
     assert second[4] == "Reason=ha-ops: already prefixed"
     assert third == ["scontrol", "update", "NodeName=gpu3", "State=RESUME"]
+
+
+# --- the node condition on Kubernetes ---------------------------------------------------------------------------
+
+
+def test_the_node_condition_is_written_on_each_change_and_refreshed_and_a_failed_write_is_tried_again(
+    gpus: FakeGpus,
+) -> None:
+    clock, written, fail = Clock(), [], [0]
+
+    def condition(verdict: Any) -> None:
+        if fail[0]:
+            fail[0] -= 1
+            raise ConnectionRefusedError("API server down")
+        written.append(verdict.state)
+
+    cfg = config(gpus, slurm={"enabled": False}, kubernetes={"enabled": True, "refresh_s": 60})
+    agent = Agent(cfg, FakeBackend(gpus.directory), clock=clock, condition=condition)  # type: ignore[arg-type]
+    sweep(agent, 3)
+    assert written == [HealthState.HEALTHY]  # once, not at every sweep
+    gpus.fall_off_bus(1)
+    fail[0] = 1
+    sweep(agent)  # the change's write fails...
+    assert written == [HealthState.HEALTHY]
+    sweep(agent)  # ...and is made at the next sweep
+    assert written == [HealthState.HEALTHY, HealthState.UNHEALTHY]
+    clock.tick(61)
+    sweep(agent)
+    assert written[-1] == HealthState.UNHEALTHY and len(written) == 3  # refreshed

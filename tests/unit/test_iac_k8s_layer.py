@@ -95,7 +95,7 @@ def test_the_agent_runs_on_every_gpu_node_only(mocks: Harness) -> None:
     assert {"key": "ha-ops.io/gpu-unhealthy", "operator": "Exists"} in pod["tolerations"]
     assert {"key": "ha-ops.io/spare", "operator": "Exists"} in pod["tolerations"]
     assert pod["priorityClassName"] == "critical"
-    assert pod["automountServiceAccountToken"] is False
+    assert pod["automountServiceAccountToken"] is True  # for its own node's condition, and nothing else (below)
     (container,) = pod["containers"]
     assert container["image"] == AGENT_IMAGE
     assert container["args"][-2:] == ["--node", "$(NODE_NAME)"]
@@ -108,6 +108,20 @@ def test_the_agent_runs_on_every_gpu_node_only(mocks: Harness) -> None:
     assert config.metrics.port == spec.monitoring.agent_port
     assert config.slurm.enabled is False
     assert config.controller.urls == ["http://ha-ops-controller.ha-ops.svc:8800/v1/reports"]
+    assert config.kubernetes.enabled is True
+
+
+def test_the_agent_may_write_only_its_own_nodes_gpu_condition(mocks: Harness) -> None:
+    build(mocks)
+    role = obj(mocks, "ClusterRole", "ha-ops-agent-node-status")
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
+                             {"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"]}]  # fmt: skip
+    policy = obj(mocks, "ValidatingAdmissionPolicy", "ha-ops-agent-own-node")["spec"]
+    assert policy["matchConditions"][0]["expression"] == (
+        "request.userInfo.username == 'system:serviceaccount:ha-ops:ha-ops-agent'")  # fmt: skip
+    assert "authentication.kubernetes.io/node-name" in policy["validations"][0]["expression"]
+    binding = obj(mocks, "ValidatingAdmissionPolicyBinding", "ha-ops-agent-own-node")["spec"]
+    assert binding == {"policyName": "ha-ops-agent-own-node", "validationActions": ["Deny"]}
 
 
 @pytest.mark.parametrize(("spec_name", "topology"), [

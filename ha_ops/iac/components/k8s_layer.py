@@ -69,10 +69,36 @@ class ClusterK8sLayer(pulumi.ComponentResource):
         ])  # fmt: skip
 
         # --- agent ------------------------------------------------------------------------------------------------
-        k8s.core.v1.ServiceAccount(
-            f"{name}-agent-sa", metadata=meta(m.AGENT, m.AGENT_LABELS), automount_service_account_token=False,
+        agent_sa = k8s.core.v1.ServiceAccount(f"{name}-agent-sa", metadata=meta(m.AGENT, m.AGENT_LABELS), opts=child)
+        agent_role = k8s.rbac.v1.ClusterRole(
+            f"{name}-agent-node-status",
+            metadata={"name": f"{m.AGENT}-node-status", "labels": m.AGENT_LABELS},
+            rules=m.agent_cluster_role_rules(),
             opts=child,
-        )  # fmt: skip
+        )
+        k8s.rbac.v1.ClusterRoleBinding(
+            f"{name}-agent-node-status",
+            metadata={"name": f"{m.AGENT}-node-status", "labels": m.AGENT_LABELS},
+            role_ref={
+                "api_group": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": agent_role.metadata.name,
+            },
+            subjects=[{"kind": "ServiceAccount", "name": agent_sa.metadata.name, "namespace": namespace}],
+            opts=child,
+        )
+        restriction = k8s.admissionregistration.v1.ValidatingAdmissionPolicy(
+            f"{name}-agent-own-node",
+            metadata={"name": f"{m.AGENT}-own-node", "labels": m.AGENT_LABELS},
+            spec=m.agent_node_restriction(cfg),
+            opts=child,
+        )
+        k8s.admissionregistration.v1.ValidatingAdmissionPolicyBinding(
+            f"{name}-agent-own-node",
+            metadata={"name": f"{m.AGENT}-own-node", "labels": m.AGENT_LABELS},
+            spec={"policy_name": restriction.metadata.name, "validation_actions": ["Deny"]},
+            opts=child,
+        )
         k8s.core.v1.ConfigMap(
             f"{name}-agent-config",
             metadata=meta(m.AGENT, m.AGENT_LABELS),

@@ -74,9 +74,10 @@ def agent_config_yaml(spec: ClusterSpec, cfg: K8sLayerConfig) -> str:
         "node": "set-by-node-flag",
         "backend": "nvml",
         "metrics": {"address": "0.0.0.0", "port": spec.monitoring.agent_port},
-        # On Kubernetes the controller acts; the agent only reports.
+        # On Kubernetes the controller acts; the agent reports, and keeps its node's GpuHealthy condition.
         "slurm": {"enabled": False},
         "controller": {"urls": [controller_url(spec, cfg)]},
+        "kubernetes": {"enabled": True},
     }
     AgentConfig.model_validate(data)
     return yaml.safe_dump(data, sort_keys=False)
@@ -92,7 +93,8 @@ def zone_spread_key(spec: ClusterSpec) -> str:
 def agent_pod_spec(spec: ClusterSpec, cfg: K8sLayerConfig, image: str) -> dict[str, Any]:
     return {
         "service_account_name": AGENT,
-        "automount_service_account_token": False,  # the agent talks to the controller, never to the API server
+        # Its token writes one thing: its own node's status (agent_node_restriction), for the GpuHealthy condition.
+        "automount_service_account_token": True,
         "priority_class_name": "critical",
         "affinity": {
             "node_affinity": {
@@ -201,6 +203,39 @@ def controller_pod_spec(spec: ClusterSpec, image: str) -> dict[str, Any]:
         ],
         "volumes": [{"name": "config", "config_map": {"name": CONTROLLER}}, {"name": "state", "empty_dir": {}}],
     }
+
+
+def agent_cluster_role_rules() -> list[dict[str, Any]]:
+    """The agent writes its node's GpuHealthy condition; agent_node_restriction narrows this to its own node."""
+    return [
+        {"api_groups": [""], "resources": ["nodes"], "verbs": ["get"]},
+        {"api_groups": [""], "resources": ["nodes/status"], "verbs": ["patch"]},
+    ]
+
+
+def agent_node_restriction(cfg: K8sLayerConfig) -> dict[str, Any]:
+    """A ValidatingAdmissionPolicy that scopes the agent as kubelet's NodeRestriction scopes kubelets: RBAC cannot
+    name "the node this pod runs on", but a pod's service account token carries its node's name
+    (userInfo.extra authentication.kubernetes.io/node-name, Kubernetes 1.32+), so the agent may write the status of
+    that node only, and in it only the GpuHealthy condition."""
+    agent = f"system:serviceaccount:{cfg.namespace}:{AGENT}"
+    node_key = "authentication.kubernetes.io/node-name"
+    others = "c, c.type != 'GpuHealthy'"
+    return {
+        "failure_policy": "Fail",
+        "match_constraints": {"resource_rules": [{"api_groups": [""], "api_versions": ["v1"],
+                                                  "operations": ["UPDATE"], "resources": ["nodes/status"]}]},
+        "match_conditions": [{"name": "the-ha-ops-agent", "expression": f"request.userInfo.username == '{agent}'"}],
+        "validations": [
+            {"expression": f"'{node_key}' in request.userInfo.extra && "
+                           f"request.userInfo.extra['{node_key}'][0] == object.metadata.name",
+             "message": "the ha-ops agent may write the status of its own node only"},
+            {"expression": f"!has(oldObject.status.conditions) || (has(object.status.conditions) && "
+                           f"object.status.conditions.filter({others}) == "
+                           f"oldObject.status.conditions.filter({others}))",
+             "message": "the ha-ops agent may change the GpuHealthy condition only"},
+        ],
+    }  # fmt: skip
 
 
 def lease_role_rules() -> list[dict[str, Any]]:
