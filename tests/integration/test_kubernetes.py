@@ -156,9 +156,13 @@ def test_a_deployment_spreads_over_gpu_nodes_and_recovers_from_a_lost_node(klab:
     # The spare stands in for the lost node, as the controller's spare_in does (the spare taint off): without it the
     # spread constraint leaves the third pod pending, since the spare is one of the nodes it counts.
     every = [n.name for n in klab.ctx.layout.nodes_with_role("gpu")]
-    KubernetesScheduler(api, KubernetesOptions(pool="gpu")).set_partition_nodes("gpu", every)
+    scheduler = KubernetesScheduler(api, KubernetesOptions(pool="gpu"))
+    scheduler.set_partition_nodes("gpu", every)
     started = time.monotonic()
-    api.delete(Node, lost_node)  # the node is gone: its kubelet (KWOK) no longer reports it
+    # Lost, as the controller marks it once Slurm-or-Kubernetes and the agent's silence agree: NoExecute, so the
+    # taint manager evicts its pods at once instead of waiting for a node that will not confirm it (Kubernetes' own
+    # pod GC, had the node object been deleted, waits 40-60 s).
+    scheduler.mark_down(lost_node, "lost: not responding, its agent is silent")
     recovered = wait_for(
         "3 trainer pods Running again, none on the lost node",
         lambda: _when(running_pods(api), 3, avoiding=lost_node),
@@ -169,6 +173,8 @@ def test_a_deployment_spreads_over_gpu_nodes_and_recovers_from_a_lost_node(klab:
     assert lost_pod not in recovered
     assert len(set(recovered.values())) == 3 and set(recovered.values()) <= gpu_nodes - {lost_node}
     api.delete(Deployment, "trainer", namespace="default")
+    scheduler.resume(lost_node)  # repaired
+    assert not scheduler.node(lost_node).drained
 
 
 def test_the_k8s_layer_stack_deploys_ha_ops_onto_the_lab_kubernetes(klab: Lab, api: Client, tmp_path: Path) -> None:
@@ -193,9 +199,7 @@ def test_the_k8s_layer_stack_deploys_ha_ops_onto_the_lab_kubernetes(klab: Lab, a
             return {p["metadata"]["name"]: p["spec"].get("nodeName", "") for p in found
                     if p["status"].get("phase") == "Running"}  # fmt: skip
 
-        gpu_nodes = {
-            str(n.metadata.name) for n in api.list(Node, labels={"type": "kwok"}) if n.metadata
-        }  # one was lost above
+        gpu_nodes = {str(n.metadata.name) for n in api.list(Node, labels={"type": "kwok"}) if n.metadata}
         agents = wait_for("an agent Running on every GPU node",
                           lambda: (p := pods("ha-ops-agent")) and set(p.values()) >= gpu_nodes and p,
                           timeout=120, interval=1.0)  # fmt: skip
@@ -226,9 +230,9 @@ def agent_may_write_only_its_own_nodes_condition(
     pod = api.get(Pod, pod_name, namespace=namespace)
     assert pod.metadata is not None
     bound = BoundObjectReference(apiVersion="v1", kind="Pod", name=pod_name, uid=pod.metadata.uid)
-    answer = api.create(ServiceAccount.Token(spec=TokenRequestSpec(audiences=[], boundObjectRef=bound,
-                                                                   expirationSeconds=600)),
-                        "ha-ops-agent", namespace=namespace)  # fmt: skip
+    request = ServiceAccount.Token(metadata=ObjectMeta(name="ha-ops-agent", namespace=namespace),
+                                   spec=TokenRequestSpec(boundObjectRef=bound, expirationSeconds=600))  # fmt: skip
+    answer = api.create(request, "ha-ops-agent", namespace=namespace)
     admin = yaml.safe_load(kubernetes.kubeconfig_path(klab.ctx).read_text())
     as_agent = {
         "apiVersion": "v1",
