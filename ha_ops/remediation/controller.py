@@ -357,7 +357,7 @@ class Controller:
             try:
                 states = self.executor.scheduler.node_states_and_reasons()
             except Exception as exc:
-                log.warning("cannot read Slurm's node states: %s", exc)
+                log.warning("cannot read the scheduler's node states: %s", exc)
                 continue
             with self._lock:
                 self.slurm_ok_at = self.clock()  # the standby reads too: its view must be current to take over
@@ -373,7 +373,7 @@ class Controller:
                 continue
             asked_at = self.clock()
             try:
-                self._fence_step(self.executor.scheduler.controllers(), asked_at)
+                self._fence_step(self.executor.scheduler.controllers(), asked_at)  # type: ignore[attr-defined]
             except LeaseLost:
                 continue
             except Exception as exc:
