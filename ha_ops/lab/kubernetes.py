@@ -15,6 +15,7 @@ import httpx2
 import yaml
 from lightkube import ApiError, Client, codecs
 from lightkube.resources.core_v1 import Namespace, Node
+from lightkube.resources.rbac_authorization_v1 import ClusterRoleBinding
 
 from ha_ops.lab.context import LabContext, ServiceDef
 from ha_ops.lab.pki import LabCA, service_account_keys
@@ -166,9 +167,13 @@ def client(ctx: LabContext, timeout: float = 30.0, identity: str = "admin") -> C
 
 
 def api_ready(api: Client) -> bool:
-    """The API answers and its bootstrap made the system namespaces (what the lab's nodes and workloads need)."""
+    """The API answers and its bootstrap is done: the system namespaces, and the RBAC bindings of the components
+    (before them the scheduler and the controller manager are refused; seen in CI)."""
     try:
-        return {n.metadata.name for n in api.list(Namespace) if n.metadata} >= {"default", "kube-system"}
+        if not {n.metadata.name for n in api.list(Namespace) if n.metadata} >= {"default", "kube-system"}:
+            return False
+        bindings = {b.metadata.name for b in api.list(ClusterRoleBinding) if b.metadata}
+        return {"system:kube-scheduler", "system:kube-controller-manager"} <= bindings
     except (ApiError, httpx2.HTTPError, OSError):
         return False
 

@@ -61,7 +61,8 @@ def healthy_fleet(lab: Lab, slurm: Slurm) -> Iterator[None]:
 def test_xid79_drains_the_node_naming_gpu_and_fault_and_the_metric_shows_it(lab: Lab, slurm: Slurm) -> None:
     lab.node("gpu3").gpus().fall_off_bus(5)
     node = wait_for("gpu3 drained", lambda: (n := slurm.node("gpu3")).drained and n, timeout=5, interval=0.05)
-    assert node.reason.startswith("ha-ops: agent: GPU5 xid: XID 79")
+    # The sweep may read the GPU gone before the XID 79 event arrives (seen in CI): the same fault either way.
+    assert node.reason.startswith(("ha-ops: agent: GPU5 xid: XID 79", "ha-ops: agent: GPU5 gpu_lost")), node.reason
     assert "fallen off the bus" in node.reason
     text = agent_metrics(lab, "gpu3")
     assert metric(text, "ha_ops_node_health", state="unhealthy") == 1.0

@@ -174,6 +174,9 @@ def test_an_agent_no_controller_answers_drains_itself_and_the_controller_adopts_
     assert "already drained" in adopted[0]["after"], adopted  # adopted, not drained again
     lab.node("gpu2").start("agent")  # (left stopped, its scrape failing would raise an alert of its own)
     wait_for("gpu2 repaired and back in service", lambda: not slurm.node("gpu2").drained, timeout=60, interval=0.5)
+    # The resume is audited a moment after Slurm shows it (seen in CI): wait for its entry, then compare all steps.
+    wait_for("the resume audited", lambda: "resume" in [e["what"] for e in audit_entries(lab) if e["node"] == "gpu2"],
+             timeout=10, interval=0.2)  # fmt: skip
     steps = [e["what"] for e in audit_entries(lab) if e["node"] == "gpu2"]
     assert steps == ["drain", "requeue_jobs", "reset_gpu", "validate", "resume"], audit_entries(lab)
     print(f"no controller answering: the agent drained its node {after:.1f} s after an XID 79; the controller "
