@@ -70,23 +70,8 @@ class ClusterK8sLayer(pulumi.ComponentResource):
 
         # --- agent ------------------------------------------------------------------------------------------------
         agent_sa = k8s.core.v1.ServiceAccount(f"{name}-agent-sa", metadata=meta(m.AGENT, m.AGENT_LABELS), opts=child)
-        agent_role = k8s.rbac.v1.ClusterRole(
-            f"{name}-agent-node-status",
-            metadata={"name": f"{m.AGENT}-node-status", "labels": m.AGENT_LABELS},
-            rules=m.agent_cluster_role_rules(),
-            opts=child,
-        )
-        k8s.rbac.v1.ClusterRoleBinding(
-            f"{name}-agent-node-status",
-            metadata={"name": f"{m.AGENT}-node-status", "labels": m.AGENT_LABELS},
-            role_ref={
-                "api_group": "rbac.authorization.k8s.io",
-                "kind": "ClusterRole",
-                "name": agent_role.metadata.name,
-            },
-            subjects=[{"kind": "ServiceAccount", "name": agent_sa.metadata.name, "namespace": namespace}],
-            opts=child,
-        )
+        _cluster_role(f"{name}-agent-node-status", f"{m.AGENT}-node-status", m.AGENT_LABELS,
+                      m.agent_cluster_role_rules(), agent_sa, namespace, child)  # fmt: skip
         restriction = k8s.admissionregistration.v1.ValidatingAdmissionPolicy(
             f"{name}-agent-own-node",
             metadata={"name": f"{m.AGENT}-own-node", "labels": m.AGENT_LABELS},
@@ -135,20 +120,8 @@ class ClusterK8sLayer(pulumi.ComponentResource):
             subjects=[{"kind": "ServiceAccount", "name": controller_sa.metadata.name, "namespace": namespace}],
             opts=child,
         )
-        cluster_role = k8s.rbac.v1.ClusterRole(
-            f"{name}-controller-nodes",
-            metadata={"name": f"{m.CONTROLLER}-nodes", "labels": m.CONTROLLER_LABELS},
-            rules=m.controller_cluster_role_rules(),
-            opts=child,
-        )
-        k8s.rbac.v1.ClusterRoleBinding(
-            f"{name}-controller-nodes",
-            metadata={"name": f"{m.CONTROLLER}-nodes", "labels": m.CONTROLLER_LABELS},
-            role_ref={"api_group": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                      "name": cluster_role.metadata.name},
-            subjects=[{"kind": "ServiceAccount", "name": controller_sa.metadata.name, "namespace": namespace}],
-            opts=child,
-        )  # fmt: skip
+        _cluster_role(f"{name}-controller-nodes", f"{m.CONTROLLER}-nodes", m.CONTROLLER_LABELS,
+                      m.controller_cluster_role_rules(), controller_sa, namespace, child)  # fmt: skip
         k8s.core.v1.ConfigMap(
             f"{name}-controller-config",
             metadata=meta(m.CONTROLLER, m.CONTROLLER_LABELS),
@@ -214,6 +187,20 @@ class ClusterK8sLayer(pulumi.ComponentResource):
                 "images": images.model_dump(),
             }
         )
+
+
+def _cluster_role(resource: str, name: str, labels: dict[str, str], rules: list[dict],
+                  account: k8s.core.v1.ServiceAccount, namespace: pulumi.Input[str],
+                  opts: pulumi.ResourceOptions) -> None:  # fmt: skip
+    """A ClusterRole with `rules`, bound to the service account `account`."""
+    role = k8s.rbac.v1.ClusterRole(resource, metadata={"name": name, "labels": labels}, rules=rules, opts=opts)
+    k8s.rbac.v1.ClusterRoleBinding(
+        resource,
+        metadata={"name": name, "labels": labels},
+        role_ref={"api_group": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role.metadata.name},
+        subjects=[{"kind": "ServiceAccount", "name": account.metadata.name, "namespace": namespace}],
+        opts=opts,
+    )
 
 
 def _check_controller_config(text: str, source: str) -> None:
