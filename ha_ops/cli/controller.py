@@ -14,7 +14,7 @@ from rich.table import Table
 
 from ha_ops.cli import output
 from ha_ops.errors import TransportError
-from ha_ops.remediation.audit import AuditHead, verify
+from ha_ops.remediation.audit import AuditHead, verify, verify_text
 from ha_ops.remediation.config import ControllerConfig, load_controller_config
 from ha_ops.remediation.store import read_state
 from ha_ops.schedulers.base import Scheduler
@@ -73,19 +73,43 @@ def run(
     logging.getLogger("ha_ops").setLevel(logging.INFO)
     controller = Controller(cfg, Executor(make_scheduler(cfg), SshNodeOps(cfg.access), cfg.partition))
     mode = "shadow mode (dry run): decides and audits, changes nothing" if cfg.safety.dry_run else "acting"
-    output.info(f"controller {cfg.id} ({cfg.scheduler}): state in {cfg.state_dir}, {mode}")
+    output.info(
+        f"controller {cfg.id} ({cfg.scheduler}): state in {controller.documents.describe('state.json')}, {mode}"
+    )
     controller.run()
+
+
+ConfigOpt = typer.Option(
+    None, "--config", "-c", help="Read the shared state where this controller config keeps it (files or ConfigMaps)."
+)
+
+
+def _shared_state(cfg: ControllerConfig) -> dict[str, Any]:
+    """The state and the lease, read where the config keeps them (without asking a controller)."""
+    import time
+
+    from ha_ops.remediation.controller import make_documents, make_lease
+    from ha_ops.remediation.store import StateStore
+
+    lease = make_lease(cfg, time.time)
+    state = StateStore(make_documents(cfg), lease).load()
+    record = lease.read()
+    holder = {"holder": record.holder, "token": record.token} if record is not None else None
+    return {"state": state.model_dump(mode="json"), "lease": holder}
 
 
 @controller_app.command()
 def status(
     url: str = UrlOpt,
     state_dir: Path | None = typer.Option(None, "--state-dir", help="Read the shared state instead of asking."),
+    config: Path | None = ConfigOpt,
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:
     """Leader, circuit breaker and every node's phase."""
-    if state_dir is not None:
-        data: dict[str, Any] = {"state": read_state(state_dir / "state.json").model_dump(mode="json")}
+    if config is not None:
+        data: dict[str, Any] = _shared_state(load_controller_config(config))
+    elif state_dir is not None:
+        data = {"state": read_state(state_dir / "state.json").model_dump(mode="json")}
         lease = state_dir / "lease.json"
         data["lease"] = json.loads(lease.read_text()) if lease.exists() else None
     else:
@@ -131,25 +155,38 @@ def breaker_reset(url: str = UrlOpt) -> None:
 
 @audit_app.command("verify")
 def audit_verify(
-    file: Path = typer.Argument(..., help="audit.jsonl"),
+    file: Path | None = typer.Argument(None, help="audit.jsonl (or --config)."),
     state: Path | None = typer.Option(None, "--state", help="The controller's state.json: also checks the log's end."),
+    config: Path | None = ConfigOpt,
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:
     """Check the audit log's hash chain: a changed, inserted or removed line is named. Exit 1 if broken."""
     head = None
-    if state is not None:
-        recorded = read_state(state)
-        head = AuditHead(recorded.audit_seq, recorded.audit_hash)
-    problems = verify(file, head)
-    entries = sum(1 for line in file.read_text().splitlines() if line.strip()) if file.exists() else 0
+    if config is not None:  # the log and the state where the controllers keep them, the end checked too
+        from ha_ops.remediation.controller import make_documents
+
+        documents = make_documents(load_controller_config(config))
+        where, text = documents.describe("audit.jsonl"), documents.read("audit.jsonl") or ""
+        recorded = _shared_state(load_controller_config(config))["state"]
+        head = AuditHead(recorded["audit_seq"], recorded["audit_hash"])
+        problems = verify_text(text, head)
+    elif file is not None:
+        if state is not None:
+            recorded_state = read_state(state)
+            head = AuditHead(recorded_state.audit_seq, recorded_state.audit_hash)
+        where, problems = str(file), verify(file, head)
+        text = file.read_text(errors="replace") if file.exists() else ""
+    else:
+        raise typer.BadParameter("give the log's FILE or --config", param_hint="FILE")
+    entries = sum(1 for line in text.splitlines() if line.strip())
     if json_out:
-        output.emit_json({"file": str(file), "entries": entries, "intact": not problems, "problems": problems})
+        output.emit_json({"file": where, "entries": entries, "intact": not problems, "problems": problems})
     elif problems:
         for problem in problems:
             output.error(problem)
     else:
         output.result(
-            f"{file}: {entries} entries, chain intact" + (" and matching the controller's state" if head else "")
+            f"{where}: {entries} entries, chain intact" + (" and matching the controller's state" if head else "")
         )
     if problems:
         raise typer.Exit(1)

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
+from collections.abc import Hashable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from ha_ops.remediation.documents import DirectoryDocuments, Documents
 
 GENESIS = "0" * 64
 
@@ -29,23 +31,22 @@ class AuditHead:
 
 
 class AuditLog:
-    def __init__(self, path: Path) -> None:
-        self.path = Path(path)
+    def __init__(self, documents: Documents, name: str = "audit.jsonl") -> None:
+        self.documents = documents
+        self.name = name
         # The head and the audited intents, read once and then kept up to date by append(); read again only when
-        # the file changed underneath (another controller appended), so a tick does not re-read the whole log.
-        self._seen: tuple[int, int] | None = None
+        # the log changed underneath (another controller appended), so a tick does not re-read the whole log.
+        self._seen: Hashable | None = None
         self._head = AuditHead(0, GENESIS)
         self._intents: set[str] = set()
 
-    def _signature(self) -> tuple[int, int]:
-        try:
-            st = self.path.stat()
-        except FileNotFoundError:
-            return (-1, 0)
-        return (st.st_size, st.st_mtime_ns)
+    @classmethod
+    def at(cls, path: Path) -> AuditLog:
+        """The log in a file."""
+        return cls(DirectoryDocuments(Path(path).parent), Path(path).name)
 
     def _load(self) -> None:
-        signature = self._signature()
+        signature = self.documents.version(self.name)
         if signature == self._seen:
             return
         head, intents = AuditHead(0, GENESIS), set()
@@ -60,18 +61,19 @@ class AuditLog:
         self._load()
         return self._head
 
+    def text(self) -> str:
+        return self.documents.read(self.name) or ""
+
     def _entries(self) -> list[dict[str, Any]]:
         """Readable entries; a line torn by a crash is skipped here (and reported by `verify`)."""
         entries = []
-        if self.path.exists():
-            with open(self.path, "rb") as handle:
-                for line in handle:
-                    try:
-                        entry = json.loads(line)
-                    except ValueError:
-                        continue
-                    if isinstance(entry, dict) and isinstance(entry.get("seq"), int) and "hash" in entry:
-                        entries.append(entry)
+        for line in self.text().splitlines():
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(entry, dict) and isinstance(entry.get("seq"), int) and "hash" in entry:
+                entries.append(entry)
         return entries
 
     def intents(self) -> set[str]:
@@ -105,31 +107,30 @@ class AuditLog:
             "prev": head.hash,
         }
         entry["hash"] = _digest(entry)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        line = (json.dumps(entry, sort_keys=True) + "\n").encode()
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            os.write(fd, line)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        self.documents.append(self.name, json.dumps(entry, sort_keys=True) + "\n")
         self._head = AuditHead(entry["seq"], entry["hash"])
         if intent:
             self._intents.add(intent)
-        self._seen = self._signature()
+        self._seen = self.documents.version(self.name)
         return self._head
 
 
 def verify(path: Path, expected_head: AuditHead | None = None) -> list[str]:
-    """Problems in the chain, each naming the line; empty when the log is intact."""
-    problems: list[str] = []
-    prev_hash, prev_seq = GENESIS, 0
+    """Problems in the chain of the log in a file, each naming the line; empty when the log is intact."""
     try:
-        lines = Path(path).read_text().splitlines()
+        text = Path(path).read_text(errors="replace")
     except OSError as exc:
         if isinstance(exc, FileNotFoundError) and expected_head is not None and expected_head.seq == 0:
             return []  # nothing was ever done: no log yet, and the state agrees
         return [f"{path}: cannot read ({exc.strerror})"]
+    return verify_text(text, expected_head)
+
+
+def verify_text(text: str, expected_head: AuditHead | None = None) -> list[str]:
+    """Problems in the chain, each naming the line; empty when the log is intact."""
+    problems: list[str] = []
+    prev_hash, prev_seq = GENESIS, 0
+    lines = text.splitlines()
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from ha_ops.util.models import ConfigModel
 from ha_ops.util.yamlconfig import load_model
@@ -38,6 +38,11 @@ class NodeAccess(ConfigModel):
     """How the controller reaches a node: ssh with verified host keys, and the commands for each repair step."""
 
     ssh_user: str = "root"
+    addresses: dict[str, str] = Field(
+        default_factory=dict,
+        description="Where ssh reaches a node whose name does not resolve (node -> address or host name), e.g. "
+        "Kubernetes nodes named by their provider.",
+    )
     ssh_key: Path | None = None
     known_hosts: Path | None = None
     connect_timeout_s: float = 5.0
@@ -99,11 +104,20 @@ class KubernetesLeaseConfig(ConfigModel):
     name: str = Field("ha-ops-controller", min_length=1)
 
 
+class KubernetesStateConfig(ConfigModel):
+    """The shared state (state, audit log, views) as ConfigMaps (remediation/k8s_documents.py) instead of files in
+    state_dir: the controller pods need no shared volume and keep a read-only root filesystem."""
+
+    namespace: str = Field("ha-ops", min_length=1)
+    prefix: str = Field("ha-ops-controller", min_length=1, max_length=200, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+
+
 class KubernetesConfig(ConfigModel):
     """The Kubernetes API, for the scheduler (`scheduler: kubernetes`) and/or the lease."""
 
     kubeconfig: Path | None = Field(None, description="None: the pod's service account (or $KUBECONFIG).")
     lease: KubernetesLeaseConfig | None = Field(None, description="None: the file lease in state_dir.")
+    state: KubernetesStateConfig | None = Field(None, description="None: state, audit log and views in state_dir.")
     eviction_timeout_s: float = Field(
         30.0, gt=0, description="How long an eviction a PodDisruptionBudget refuses is retried."
     )
@@ -117,7 +131,11 @@ class ControllerConfig(ConfigModel):
     listen_address: str = "0.0.0.0"
     port: int = Field(8800, ge=1, le=65535)
     peers: list[str] = Field(default_factory=list, description="Other controllers' base URLs (to name the leader).")
-    state_dir: Path = Field(description="Shared storage both controllers see: lease, state, audit log.")
+    state_dir: Path | None = Field(
+        None,
+        description="Shared storage both controllers see: lease, state, audit log. Not needed when the lease and "
+        "the state are kept in the Kubernetes API (kubernetes.lease and kubernetes.state).",
+    )
     scheduler: Literal["slurm", "kubernetes"] = Field(
         "slurm", description="Whose nodes and jobs the controller acts on (schedulers/); `partition` names the pool."
     )
@@ -148,6 +166,13 @@ class ControllerConfig(ConfigModel):
     report_fresh_s: float = Field(
         30.0, gt=0, description="An agent report younger than this outranks an Alertmanager alert about the node."
     )
+
+    @model_validator(mode="after")
+    def _state_somewhere(self) -> ControllerConfig:
+        k8s = self.kubernetes
+        if self.state_dir is None and (k8s is None or k8s.lease is None or k8s.state is None):
+            raise ValueError("state_dir is required unless kubernetes.lease and kubernetes.state keep it in the API")
+        return self
 
 
 def load_controller_config(path: Path) -> ControllerConfig:

@@ -25,6 +25,7 @@ from ha_ops.health.report import AgentReport
 from ha_ops.remediation import monitoring_watch, policy
 from ha_ops.remediation.audit import AuditLog
 from ha_ops.remediation.config import ControllerConfig
+from ha_ops.remediation.documents import DirectoryDocuments, Documents
 from ha_ops.remediation.executor import Executor
 from ha_ops.remediation.lease import LeaderLease, Lease, LeaseLost
 from ha_ops.remediation.model import ControllerState, Intent, NodePhase
@@ -41,12 +42,13 @@ class Controller:
         self.config = config
         self.executor = executor
         self.clock = clock
-        directory = config.state_dir
-        directory.mkdir(parents=True, exist_ok=True)
+        if config.state_dir is not None:
+            config.state_dir.mkdir(parents=True, exist_ok=True)
         self.lease = make_lease(config, clock)
-        self.store = StateStore(directory / "state.json", self.lease)
-        self.audit = AuditLog(directory / "audit.jsonl")
-        self.views = ViewStore(directory, config.id)
+        self.documents = make_documents(config)
+        self.store = StateStore(self.documents, self.lease)
+        self.audit = AuditLog(self.documents)
+        self.views = ViewStore(self.documents, config.id)
         self.peer_views: list[View] = []  # as read at the last lease step
         self.slurm_ok_at = 0.0  # the last successful read of Slurm's node states
         self.heard: dict[str, float] = {}  # node -> when its agent's report last arrived here (leader or standby)
@@ -502,7 +504,20 @@ def make_lease(config: ControllerConfig, clock: Callable[[], float]) -> LeaderLe
         client = client_from_kubeconfig(config.kubernetes.kubeconfig, timeout_s=max(1.0, config.lease_ttl_s / 2))
         return KubernetesLease(client, where.name, where.namespace, config.id, config.lease_ttl_s,
                                config.lease_margin_s, clock)  # fmt: skip
+    assert config.state_dir is not None  # (the config's validator)
     return Lease(config.state_dir, config.id, config.lease_ttl_s, config.lease_margin_s, clock)
+
+
+def make_documents(config: ControllerConfig) -> Documents:
+    """Where the state, the audit log and the views are kept: ConfigMaps, or files in the shared state folder."""
+    if config.kubernetes is not None and config.kubernetes.state is not None:
+        from ha_ops.remediation.k8s_documents import ConfigMapDocuments
+        from ha_ops.schedulers.kubernetes import client_from_kubeconfig
+
+        where = config.kubernetes.state
+        return ConfigMapDocuments(client_from_kubeconfig(config.kubernetes.kubeconfig), where.namespace, where.prefix)
+    assert config.state_dir is not None  # (the config's validator)
+    return DirectoryDocuments(config.state_dir)
 
 
 class _Metrics(Collector):

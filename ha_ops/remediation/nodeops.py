@@ -24,7 +24,7 @@ class SshNodeOps:
     def _run(self, node: str, command: str, connect_timeout_s: float | None = None) -> CommandResult:
         transport = SSHTransport(
             node,
-            node,
+            self.access.addresses.get(node, node),
             user=self.access.ssh_user,
             key_file=self.access.ssh_key,
             known_hosts=self.access.known_hosts,

@@ -1,4 +1,5 @@
-"""The controller's state on shared storage: read by whoever leads, written only by the lease holder (fenced)."""
+"""The controller's state in the shared documents (documents.py): read by whoever leads, written only by the lease
+holder (fenced)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from ha_ops.errors import HaOpsError
+from ha_ops.remediation.documents import Documents
 from ha_ops.remediation.lease import LeaderLease
 from ha_ops.remediation.model import STATE_VERSION, ControllerState
-from ha_ops.util.atomic import write_atomic
 
 
 class StateError(HaOpsError):
@@ -18,33 +19,38 @@ class StateError(HaOpsError):
 
 
 class StateStore:
-    def __init__(self, path: Path, lease: LeaderLease) -> None:
-        self.path = Path(path)
+    def __init__(self, documents: Documents, lease: LeaderLease, name: str = "state.json") -> None:
+        self.documents = documents
+        self.name = name
         self.lease = lease
 
     def load(self) -> ControllerState:
-        if not self.path.exists():
-            return ControllerState()
+        where = f"controller state {self.documents.describe(self.name)}"
         try:
-            data = json.loads(self.path.read_text())
+            text = self.documents.read(self.name)
+            if text is None:
+                return ControllerState()
+            data = json.loads(text)
         except (OSError, ValueError) as exc:
-            # Writes are atomic renames, so this is damage from outside: refuse rather than forget what was done.
-            raise StateError(f"controller state {self.path} is unreadable ({exc}); restore it or move it away") from exc
-        if not isinstance(data, dict):
-            raise StateError(f"controller state {self.path} is not a JSON object; restore it or move it away")
-        if data.get("version") != STATE_VERSION:
-            raise StateError(
-                f"controller state {self.path} has version {data.get('version')}, expected {STATE_VERSION}"
-            )
-        try:
-            return ControllerState.model_validate(data)
-        except ValidationError as exc:
-            raise StateError(f"controller state {self.path} is invalid ({exc.error_count()} error(s): {exc})") from exc
+            # Writes replace the whole, so this is damage from outside: refuse rather than forget what was done.
+            raise StateError(f"{where} is unreadable ({exc}); restore it or move it away") from exc
+        return parse_state(data, where)
 
     def save(self, state: ControllerState, token: int) -> None:
         """Write atomically, only while this controller holds the lease with `token` (else LeaseLost)."""
         with self.lease.fenced(token):
-            write_atomic(self.path, state.model_dump_json())
+            self.documents.write(self.name, state.model_dump_json())
+
+
+def parse_state(data: object, where: str) -> ControllerState:
+    if not isinstance(data, dict):
+        raise StateError(f"{where} is not a JSON object; restore it or move it away")
+    if data.get("version") != STATE_VERSION:
+        raise StateError(f"{where} has version {data.get('version')}, expected {STATE_VERSION}")
+    try:
+        return ControllerState.model_validate(data)
+    except ValidationError as exc:
+        raise StateError(f"{where} is invalid ({exc.error_count()} error(s): {exc})") from exc
 
 
 def read_state(path: Path) -> ControllerState:

@@ -17,11 +17,10 @@ from __future__ import annotations
 
 import json
 import logging
-from pathlib import Path
 
 from pydantic import BaseModel, Field, ValidationError
 
-from ha_ops.util.atomic import write_atomic
+from ha_ops.remediation.documents import Documents
 
 log = logging.getLogger(__name__)
 
@@ -70,22 +69,22 @@ def last_heard(views: list[View], node: str) -> float:
 
 
 class ViewStore:
-    """`views/<id>.json` under the shared state directory: each controller writes only its own."""
+    """`views/<id>.json` in the shared documents: each controller writes only its own."""
 
-    def __init__(self, state_dir: Path, me: str) -> None:
-        self.directory = Path(state_dir) / "views"
+    def __init__(self, documents: Documents, me: str) -> None:
+        self.documents = documents
         self.me = me
 
     def write(self, view: View) -> None:
-        write_atomic(self.directory / f"{self.me}.json", view.model_dump_json())
+        self.documents.write(f"views/{self.me}.json", view.model_dump_json())
 
     def peers(self) -> list[View]:
         found = []
-        for path in sorted(self.directory.glob("*.json")):
-            if path.stem == self.me:
+        for name, text in sorted(self.documents.folder("views").items()):
+            if not name.endswith(".json") or name == f"{self.me}.json":
                 continue
             try:
-                found.append(View.model_validate(json.loads(path.read_text())))
-            except (OSError, ValueError, ValidationError) as exc:
-                log.debug("view %s unreadable: %s", path, exc)  # torn or damaged: that peer counts as not fresh
+                found.append(View.model_validate(json.loads(text)))
+            except (ValueError, ValidationError) as exc:
+                log.debug("view %s unreadable: %s", name, exc)  # torn or damaged: that peer counts as not fresh
         return found

@@ -132,7 +132,7 @@ class FailoverWatcher:
         self.config = config
         self.run_on, self.run_here, self.answers, self.clock = run_on, run_here, answers, clock
         config.state_dir.mkdir(parents=True, exist_ok=True)
-        self.audit = AuditLog(config.state_dir / "audit.jsonl")
+        self.audit = AuditLog.at(config.state_dir / "audit.jsonl")
         self.watch = MasterWatch(config.after_s)
         self.fenced = False
         self.not_before = 0.0

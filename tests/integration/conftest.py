@@ -16,18 +16,22 @@ LAB_NAME = "itest"
 
 
 # Modules that bring their own lab (or none) first, then those sharing the session's lab, in their usual order: the
-# session lab then stays up only while it is used, instead of idling under Molecule's containers and the full lab's
-# timed game day. A module not listed runs last.
+# session lab then stays up only while it is used, instead of idling under the full lab's timed game day. Molecule's
+# scenarios run in the background of all of them (below); its module, last, waits for them. A module not listed runs
+# just before it.
 MODULE_ORDER = [
-    "test_containers", "test_lab_teardown", "test_pulumi", "test_infra_lab", "test_molecule", "test_full_lab",
+    "test_containers", "test_lab_teardown", "test_pulumi", "test_infra_lab", "test_full_lab",
     "test_storage", "test_kubernetes",
     "test_agent", "test_chaos", "test_gameday", "test_lab", "test_remediation", "test_partitions", "test_rollout",
     "test_runbooks",
 ]  # fmt: skip
+LAST = "test_molecule"
 
 
 def _rank(item: pytest.Item) -> int:
     module = module_of(item.nodeid).removesuffix(".py")
+    if module == LAST:
+        return len(MODULE_ORDER) + 1
     return MODULE_ORDER.index(module) if module in MODULE_ORDER else len(MODULE_ORDER)
 
 
@@ -54,6 +58,26 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if left:
         sys.stderr.write("\nthe integration run left these behind:\n  " + "\n  ".join(left) + "\n")
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.fixture(scope="session", autouse=True)
+def molecule_in_the_background(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[None]:
+    """When Molecule's scenarios are among the tests, they start with the session, at the lowest CPU priority
+    (test_molecule.py), and the session waits for them to end (each with its own destroy)."""
+    ours = [i for i in request.session.items if module_of(i.nodeid) == f"{LAST}.py"]
+    if os.geteuid() != 0 or not ours:
+        yield
+        return
+    from tests.integration.test_molecule import Background
+
+    chosen = {i.callspec.params["role"] for i in ours if hasattr(i, "callspec") and "role" in i.callspec.params}
+    Background.start(tmp_path_factory.mktemp("molecule"), chosen or None)
+    try:
+        yield
+    finally:
+        Background.finish()
 
 
 @pytest.fixture(scope="session")

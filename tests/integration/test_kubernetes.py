@@ -5,10 +5,17 @@ their GPUs and failure domains, and the ReplicaSet recovers pods from a lost nod
 from __future__ import annotations
 
 import http.client
+import json
+import socket
 import ssl
+import subprocess
+import sys
+import threading
 import time
-from collections.abc import Iterator
+import urllib.request
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack, contextmanager, suppress
 from pathlib import Path
 
 import pytest
@@ -19,14 +26,19 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.apps_v1 import Deployment
 from lightkube.resources.coordination_v1 import Lease as LeaseObject
 from lightkube.resources.core_v1 import Namespace, Node, Pod, ServiceAccount
+from lightkube.resources.rbac_authorization_v1 import ClusterRole, ClusterRoleBinding
 from lightkube.resources.scheduling_v1 import PriorityClass
 from lightkube.types import PatchType
 
+from ha_ops.health.agent import http_poster
+from ha_ops.health.report import AgentReport, ReportFinding
 from ha_ops.iac.engine import PulumiEngine
 from ha_ops.lab import kubernetes
 from ha_ops.lab.cluster import Lab
 from ha_ops.lab.paths import LabPaths
+from ha_ops.remediation.audit import AuditLog
 from ha_ops.remediation.executor import Executor
+from ha_ops.remediation.k8s_documents import ConfigMapDocuments
 from ha_ops.remediation.k8s_lease import KubernetesLease
 from ha_ops.remediation.lease import LeaseLost
 from ha_ops.remediation.model import Intent
@@ -220,6 +232,19 @@ def test_the_k8s_layer_stack_deploys_ha_ops_onto_the_lab_kubernetes(klab: Lab, a
         assert exc.status.code == 404
 
 
+def token_kubeconfig(klab: Lab, token: str, user: str) -> dict:
+    """The lab's API server and CA, and a service account's token as the user."""
+    admin = yaml.safe_load(kubernetes.kubeconfig_path(klab.ctx).read_text())
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "current-context": user,
+        "clusters": admin["clusters"],
+        "users": [{"name": user, "user": {"token": token}}],
+        "contexts": [{"name": user, "context": {"cluster": admin["clusters"][0]["name"], "user": user}}],
+    }
+
+
 def agent_may_write_only_its_own_nodes_condition(
     klab: Lab, api: Client, namespace: str, agents: dict[str, str]
 ) -> None:
@@ -233,15 +258,7 @@ def agent_may_write_only_its_own_nodes_condition(
     request = ServiceAccount.Token(metadata=ObjectMeta(name="ha-ops-agent", namespace=namespace),
                                    spec=TokenRequestSpec(boundObjectRef=bound, expirationSeconds=600))  # fmt: skip
     answer = api.create(request, "ha-ops-agent", namespace=namespace)
-    admin = yaml.safe_load(kubernetes.kubeconfig_path(klab.ctx).read_text())
-    as_agent = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "current-context": "agent",
-        "clusters": admin["clusters"],
-        "users": [{"name": "agent", "user": {"token": answer.status.token}}],
-        "contexts": [{"name": "agent", "context": {"cluster": admin["clusters"][0]["name"], "user": "agent"}}],
-    }
+    as_agent = token_kubeconfig(klab, answer.status.token, "agent")
     with Client(config=KubeConfig.from_dict(as_agent), trust_env=False) as agent:  # fmt: skip
         set_gpu_condition(agent, own, "False", "GPU1 xid: XID 79 (written by the agent)")
         [mine] = [c for c in api.get(Node, own).to_dict()["status"]["conditions"] if c["type"] == CONDITION]
@@ -358,6 +375,266 @@ def test_the_kubernetes_scheduler_takes_a_node_out_evicts_within_budgets_brings_
         scheduler.node("gpu99")
     for namespace in ("ml", "serving"):
         api.delete(Namespace, namespace)
+
+
+# --- the remediation controller itself, on Kubernetes -------------------------------------------------------------
+CONTROLLER_NAMESPACE = "hao-remediation"
+
+
+def rbac_rules(rules: list[dict]) -> list[dict]:
+    """The layer's rules (Pulumi's snake_case) as the API writes them."""
+    return [{"apiGroups": r["api_groups"], "resources": r["resources"], "verbs": r["verbs"]} for r in rules]
+
+
+def controller_kubeconfig(klab: Lab, api: Client, path: Path) -> Path:
+    """A service account with exactly the RBAC infra/k8s gives the controller, and a kubeconfig with its token: the
+    controllers below run with what they would have in their pods."""
+    from ha_ops.iac.components.k8s_manifests import controller_cluster_role_rules, controller_role_rules
+
+    ns, account = CONTROLLER_NAMESPACE, "ha-ops-controller"
+    subject = [{"kind": "ServiceAccount", "name": account, "namespace": ns}]
+    manifests = [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}},
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": account, "namespace": ns}},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "state", "namespace": ns},
+         "rules": rbac_rules(controller_role_rules())},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+         "metadata": {"name": "state", "namespace": ns}, "subjects": subject,
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "state"}},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": f"{ns}-nodes"},
+         "rules": rbac_rules(controller_cluster_role_rules())},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+         "metadata": {"name": f"{ns}-nodes"}, "subjects": subject,
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": f"{ns}-nodes"}},
+    ]  # fmt: skip
+    for manifest in manifests:
+        api.apply(codecs.from_dict(manifest), force=True)
+    request = ServiceAccount.Token(metadata=ObjectMeta(name=account, namespace=ns),
+                                   spec=TokenRequestSpec(audiences=[], expirationSeconds=3600))  # fmt: skip
+    token = api.create(request, account, namespace=ns).status.token
+    path.write_text(yaml.safe_dump(token_kubeconfig(klab, token, "controller")))
+    return path
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def k8s_controller_config(klab: Lab, me: str, ports: dict[str, int], kubeconfig: Path, marker: Path) -> dict:
+    """A controller as infra/k8s configures one (the Kubernetes scheduler; lease and state in the API, no state
+    folder), reaching the lab's nodes behind the KWOK nodes over ssh on the management network for the repair
+    steps. Validation passes only once `marker` exists: until then the node climbs the ladder to `replace`."""
+    from ha_ops.lab import mgmt
+    from ha_ops.lab.controllers import LAB_LADDER
+    from ha_ops.lab.paths import NODE_DIR
+    from ha_ops.lab.sshd import client_key, known_hosts
+
+    gpus = klab.ctx.layout.nodes_with_role("gpu")
+    fake = NODE_DIR / "gpus"
+    python = sys.executable
+    return {
+        "id": me, "listen_address": "127.0.0.1", "port": ports[me],
+        "peers": [f"http://127.0.0.1:{p}" for name, p in ports.items() if name != me],
+        "scheduler": "kubernetes", "partition": "gpu",
+        "kubernetes": {"kubeconfig": str(kubeconfig), "eviction_timeout_s": 5.0,
+                       "lease": {"namespace": CONTROLLER_NAMESPACE, "name": "ha-ops-controller"},
+                       "state": {"namespace": CONTROLLER_NAMESPACE, "prefix": "ha-ops-controller"}},
+        "pools": {"gpu": {"nodes": [n.name for n in gpus if not n.spare], "spares": [n.name for n in gpus if n.spare]}},
+        "ladder": LAB_LADDER, "node_poll_s": 1.0,
+        "agent_silence_s": 15.0, "blind_after_s": 8.0,  # as the lab's: the agents below report every second
+        "access": {
+            "ssh_key": str(client_key(klab.ctx)), "known_hosts": str(known_hosts(klab.ctx)),
+            "addresses": {n.name: str(mgmt.address(klab.ctx, n.name)) for n in gpus},
+            "reset_gpu_command": f"{python} -m ha_ops gpu reset --backend fake --fake-dir {fake} --gpu {{gpu}}",
+            "reboot_command": f"{python} -m ha_ops gpu reset --backend fake --fake-dir {fake} --all",
+            "validate_command": f"test -e {marker} && {python} -m ha_ops health check --config "
+                                f"{NODE_DIR / 'agent.yaml'}",
+            "command_timeout_s": 30.0, "boot_wait_s": 5.0,
+        },
+    }  # fmt: skip
+
+
+def http_json(url: str, body: dict | None = None) -> dict:
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, method="GET" if body is None else "POST",
+                                     headers={"Content-Type": "application/json"})  # fmt: skip
+    with urllib.request.urlopen(request, timeout=5) as answer:
+        return json.loads(answer.read())
+
+
+def leading(url: str) -> bool:
+    try:
+        return http_json(f"{url}/v1/state").get("state") is not None
+    except OSError:
+        return False
+
+
+def agent_report(node: str, seq: int, xid79: bool) -> AgentReport:
+    """What the agent on `node` sends (ha_ops.health.report): healthy, or an XID 79 on its GPU 1."""
+    if not xid79:
+        return AgentReport(node=node, seq=seq, agent_id=f"agent-{node}", sent_at=time.time(), state="healthy",
+                           action="none", reason="healthy")  # fmt: skip
+    message = "XID 79: GPU has fallen off the bus"
+    finding = ReportFinding(check="xid", severity="critical", action="reboot_node", message=message, gpu=1, xid=79)
+    return AgentReport(node=node, seq=seq, agent_id=f"agent-{node}", sent_at=time.time(), state="unhealthy",
+                       action="reboot_node", reason=f"GPU1 xid: {message}", findings=[finding])  # fmt: skip
+
+
+@contextmanager
+def agents_reporting(nodes: list[str], urls: list[str], faulty: Callable[[str], bool]) -> Iterator[None]:
+    """Each node's agent, as a load generator: a report every second through the agent's own poster (the leader
+    first; a standby answers 503, so the next is tried), an XID 79 while `faulty(node)`."""
+    stop = threading.Event()
+
+    def agent(node: str) -> None:
+        post, seq = http_poster(urls, timeout=1.0), 0
+        while not stop.is_set():
+            seq += 1
+            with suppress(ConnectionError):  # no controller leads for a moment (a failover): the next one tries again
+                post(agent_report(node, seq, faulty(node)))
+            stop.wait(1.0)
+
+    threads = [threading.Thread(target=agent, args=(n,), daemon=True) for n in nodes]
+    for thread in threads:
+        thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(10)
+
+
+def test_two_controllers_on_kubernetes_take_out_a_node_move_its_job_and_survive_the_leaders_death(
+    klab: Lab, api: Client, tmp_path: Path
+) -> None:
+    """Line 1 and the failover of line 2 of issue 19, with the controllers as processes (`ha-ops controller run`),
+    their RBAC the layer's and their lease and state in the API: an agent's XID 79 report on the node of a
+    checkpointing Job; the node cordoned, tainted and its condition set; the Job's pod recreated elsewhere with its
+    checkpoint path; the spare in; the node held after failed validations; the leader killed and the standby
+    taking over with the state; `controller repaired` returning the node; every action audited once."""
+    kubeconfig = controller_kubeconfig(klab, api, tmp_path / "controller.kubeconfig")
+    scheduler = KubernetesScheduler(api, KubernetesOptions(pool="gpu"))
+    spare = next(n.name for n in klab.ctx.layout.nodes_with_role("gpu") if n.spare)
+    scheduler.set_partition_nodes("gpu", [n for n in scheduler.partition_nodes("gpu") if n != spare])
+    checkpoint = "/mnt/checkpoints/train-9"
+    api.apply(Namespace(metadata=ObjectMeta(name="ml2")), force=True)
+    job = _template("train9")
+    job["spec"]["containers"][0]["env"] = [{"name": "HA_OPS_CHECKPOINT_DIR", "value": checkpoint}]
+    manifest = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "train9", "namespace": "ml2"},
+                "spec": {"backoffLimit": 3, "template": job}}  # fmt: skip
+    api.apply(codecs.from_dict(manifest), force=True)
+    [first] = wait_for("the Job's pod Running", lambda: _pods(api, "ml2", "train9"), timeout=60, interval=0.5)
+    node = first["spec"]["nodeName"]
+
+    marker = tmp_path / "repaired"
+    ports = {"ctl-a": free_port(), "ctl-b": free_port()}
+    urls = {me: f"http://127.0.0.1:{port}" for me, port in ports.items()}
+    procs: dict[str, subprocess.Popen] = {}
+    for me in ports:
+        config = tmp_path / f"{me}.yaml"
+        config.write_text(yaml.safe_dump(k8s_controller_config(klab, me, ports, kubeconfig, marker)))
+        with (tmp_path / f"{me}.log").open("w") as log:
+            procs[me] = subprocess.Popen([sys.executable, "-m", "ha_ops", "controller", "run", "--config",
+                                          str(config)], stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
+    gpu_nodes = [n.name for n in klab.ctx.layout.nodes_with_role("gpu")]
+    faulty = {"node": ""}  # the node whose agent reports the XID 79, until the node is repaired
+
+    def logs() -> str:
+        return "\n".join(f"--- {me}\n" + (tmp_path / f"{me}.log").read_text()[-3000:] for me in ports)
+
+    agents = agents_reporting(gpu_nodes, [f"{u}/v1/reports" for u in urls.values()],
+                              lambda n: n == faulty["node"] and not marker.exists())  # fmt: skip
+    stack = ExitStack()
+    try:
+        stack.enter_context(agents)
+        leader = wait_for("a leader", lambda: next((me for me, u in urls.items() if leading(u)), None),
+                          timeout=30, interval=0.3)  # fmt: skip
+        standby = next(me for me in ports if me != leader)
+        faulty["node"] = node  # the XID 79
+
+        def taken_out() -> dict | None:
+            facts = api.get(Node, node).to_dict()
+            conditions = {c["type"]: c for c in facts["status"].get("conditions") or []}
+            tainted = [t for t in facts["spec"].get("taints") or [] if t["key"] == TAINT_KEY]
+            out = facts["spec"].get("unschedulable") and tainted and conditions.get(CONDITION, {}).get("status")
+            return facts if out == "False" else None
+
+        facts = wait_for("the node cordoned, tainted and GpuHealthy=False", taken_out, timeout=30, interval=0.3)
+        [condition] = [c for c in facts["status"]["conditions"] if c["type"] == CONDITION]
+        assert "XID 79" in condition["message"], condition
+        [moved] = wait_for("the Job's pod recreated on another node", lambda: [
+            p for p in _pods(api, "ml2", "train9") if p["metadata"]["name"] != first["metadata"]["name"]],
+            timeout=60, interval=0.5)  # fmt: skip
+        assert moved["spec"]["nodeName"] != node
+        assert moved["spec"]["containers"][0]["env"] == [{"name": "HA_OPS_CHECKPOINT_DIR", "value": checkpoint}]
+        wait_for("the spare in service", lambda: spare in scheduler.partition_nodes("gpu"), timeout=30, interval=0.3)
+        assert not [
+            t for t in api.get(Node, spare).to_dict()["spec"].get("taints") or [] if t["key"] == SPARE_TAINT_KEY
+        ]
+
+        def phase(url: str) -> str | None:
+            """The node's phase, and its rung while one runs (`replace`: held for a person)."""
+            state = http_json(f"{url}/v1/state").get("state")
+            record = state["nodes"][node] if state else None
+            return record and "/".join(filter(None, (record["phase"], record["rung"])))
+
+        wait_for("the node held for replacement", lambda: phase(urls[leader]) == "awaiting_repair/replace",
+                 timeout=120, interval=0.5)  # fmt: skip
+
+        # The leader dies (kill -9, as a pod's container killed): the standby takes over with the shared state.
+        killed_at = time.monotonic()
+        procs[leader].kill()
+        procs[leader].wait(10)
+        wait_for("the standby leading", lambda: leading(urls[standby]), timeout=15, interval=0.1)
+        takeover_s = time.monotonic() - killed_at
+        print(f"\nleader {leader} killed: {standby} led {takeover_s:.1f} s later")
+        assert takeover_s <= 5.0, logs()
+        assert phase(urls[standby]) == "awaiting_repair/replace"  # the state came with it
+
+        marker.touch()  # the node repaired by a person
+        repaired = subprocess.run([sys.executable, "-m", "ha_ops", "controller", "repaired", node, "--url",
+                                   urls[standby]], capture_output=True, text=True, timeout=30)  # fmt: skip
+        assert repaired.returncode == 0, repaired.stdout + repaired.stderr
+
+        def returned() -> bool:
+            facts = api.get(Node, node).to_dict()
+            conditions = {c["type"]: c["status"] for c in facts["status"].get("conditions") or []}
+            tainted = [t for t in facts["spec"].get("taints") or [] if t["key"] == TAINT_KEY]
+            return not facts["spec"].get("unschedulable") and not tainted and conditions.get(CONDITION) == "True"
+
+        wait_for("the node returned", returned, timeout=60, interval=0.5)
+        wait_for("the new leader recording it returned (on probation)",
+                 lambda: (phase(urls[standby]) or "").startswith("returned"), timeout=15, interval=0.3)  # fmt: skip
+
+        # Every action once, across both leaders; the chain intact and matching the state, read from the API.
+        audit = AuditLog(ConfigMapDocuments(api, CONTROLLER_NAMESPACE, "ha-ops-controller"))
+        entries = [json.loads(line) for line in audit.text().splitlines()]
+        intents = [e["intent"] for e in entries if e.get("intent")]
+        assert len(intents) == len(set(intents)), entries
+        whats = [(e["what"], e["node"]) for e in entries]
+        assert whats.count(("drain", node)) == 1 and whats.count(("resume", node)) == 1, whats
+        assert {e["who"].split()[0] for e in entries} == {leader, standby}, whats
+        verify = [sys.executable, "-m", "ha_ops", "audit", "verify", "--config", str(tmp_path / f"{standby}.yaml")]
+        verified = subprocess.run(verify, capture_output=True, text=True, timeout=30)
+        assert verified.returncode == 0 and "chain intact and matching" in verified.stdout, (
+            verified.stdout + verified.stderr
+        )
+    except BaseException:
+        print(logs())
+        raise
+    finally:
+        stack.close()
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.terminate()
+                proc.wait(10)
+        api.delete(Namespace, "ml2")
+        api.delete(Namespace, CONTROLLER_NAMESPACE)
+        for kind in (ClusterRoleBinding, ClusterRole):
+            api.delete(kind, f"{CONTROLLER_NAMESPACE}-nodes")
 
 
 def test_a_kubernetes_lease_elects_one_holder_fences_a_deposed_one_and_hands_over_on_expiry(api: Client) -> None:

@@ -6,6 +6,7 @@ at once, and these isolations measured with a workload, are the partitions game 
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
 from collections.abc import Iterator
@@ -17,7 +18,7 @@ from ha_ops.chaos.rollbacks import slurm_controllers_back
 from ha_ops.lab.cluster import Lab
 from ha_ops.schedulers.slurm import Slurm
 from ha_ops.util.wait import wait_for
-from tests.labkit import audit_entries, bmc_resets, cluster, leader, reset_remediation
+from tests.labkit import audit_entries, bmc_resets, cluster, leader, on_controller_storage, reset_remediation
 
 pytestmark = pytest.mark.lab
 
@@ -27,13 +28,24 @@ def srun_works(lab: Lab) -> bool:
     return result.ok
 
 
+def views_whole(lab: Lab, node: str) -> bool:
+    """Both controllers' views (what each wrote to the shared state) show a read of Slurm, and the leader's an agent
+    heard: the steady state a partition is cut from. A controller just restarted has neither for a moment. (Agents
+    report to the leader, so a standby hears them only once the leader stops answering.)"""
+    text = on_controller_storage(lab, 'for c in ctl1 ctl2; do cat "$1/views/$c.json" 2>/dev/null; echo; done')
+    views = {v["id"]: v for v in (json.loads(line) for line in text.splitlines() if line.strip().startswith("{"))}
+    return len(views) == 2 and all(v.get("slurm_ok_at") for v in views.values()) and bool(views[node].get("agents"))
+
+
 def lead_from(lab: Lab, node: str) -> None:
-    """Make `node`'s remediation controller the leader (the other one restarted, so it is the standby)."""
+    """Make `node`'s remediation controller the leader (the other one restarted, so it is the standby), and wait
+    until both see the cluster whole."""
     other = next(n for n in ("ctl1", "ctl2") if n != node)
     if leader(lab) != node:
         lab.node(other).stop("controller", grace=1.0)
         wait_for(f"{node} leads", lambda: leader(lab) == node, timeout=20, interval=0.2)
         lab.node(other).start("controller")
+    wait_for("both controllers reading Slurm", lambda: views_whole(lab, node), timeout=30, interval=0.3)
 
 
 @pytest.fixture

@@ -158,18 +158,18 @@ def test_the_controller_may_touch_nodes_and_evict_pods_cluster_wide_but_not_dele
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "ha-ops-controller", "namespace": "ha-ops"}]
 
 
-def test_each_controller_replica_is_named_by_its_pod_and_writes_only_its_state_volume(mocks: Harness) -> None:
+def test_each_controller_replica_is_named_by_its_pod_and_writes_nothing_to_disk(mocks: Harness) -> None:
     build(mocks)
     pod = obj(mocks, "Deployment", "ha-ops-controller")["spec"]["template"]["spec"]
     [container] = pod["containers"]
     assert {"name": "HA_OPS_CONTROLLER_ID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}} in container[
         "env"]  # fmt: skip
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
-    mounts = {v["name"]: v["mountPath"] for v in container["volumeMounts"]}
-    assert mounts["state"] == "/var/lib/ha-ops/controller"
+    mounts = {v["name"]: (v["mountPath"], v.get("readOnly")) for v in container["volumeMounts"]}
+    assert mounts == {"config": ("/etc/ha-ops", True)}  # the lease and the state are in the API
 
 
-def test_the_rendered_controller_config_drives_kubernetes_with_a_lease() -> None:
+def test_the_rendered_controller_config_drives_kubernetes_with_a_lease_and_its_state_in_the_api() -> None:
     from ha_ops.iac.components.k8s_manifests import K8sLayerConfig, controller_config
     from ha_ops.remediation.config import ControllerConfig
 
@@ -178,20 +178,23 @@ def test_the_rendered_controller_config_drives_kubernetes_with_a_lease() -> None
     assert config.scheduler == "kubernetes" and config.partition == "gpu"
     assert config.kubernetes is not None and config.kubernetes.lease is not None
     assert (config.kubernetes.lease.namespace, config.kubernetes.lease.name) == ("ha-ops", "ha-ops-controller")
-    assert str(config.state_dir) == "/var/lib/ha-ops/controller"
+    assert config.kubernetes.state is not None
+    assert (config.kubernetes.state.namespace, config.kubernetes.state.prefix) == ("ha-ops", "ha-ops-controller")
+    assert config.state_dir is None  # nothing on a volume: the root file system is read-only
 
 
-def test_the_controller_may_only_use_leases(mocks: Harness) -> None:
+def test_in_its_namespace_the_controller_may_only_use_leases_and_configmaps_and_delete_neither(mocks: Harness) -> None:
     build(mocks)
-    role = obj(mocks, "Role", "ha-ops-controller-leases")
+    role = obj(mocks, "Role", "ha-ops-controller-state")
     assert role["rules"] == [
         {
             "apiGroups": ["coordination.k8s.io"],
             "resources": ["leases"],
             "verbs": ["get", "list", "watch", "create", "update", "patch"],
-        }
+        },
+        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "watch", "create", "update"]},
     ]
-    binding = obj(mocks, "RoleBinding", "ha-ops-controller-leases")
+    binding = obj(mocks, "RoleBinding", "ha-ops-controller-state")
     assert binding["roleRef"] == {
         "apiGroup": "rbac.authorization.k8s.io",
         "kind": "Role",

@@ -15,7 +15,7 @@ from ha_ops.remediation.model import ControllerState
 
 
 def write_log(path: Path, count: int = 4) -> AuditLog:
-    log = AuditLog(path)
+    log = AuditLog.at(path)
     for i in range(1, count + 1):
         log.append(
             at=100.0 + i,
@@ -47,12 +47,12 @@ def log_path(tmp_path: Path) -> Path:
 
 # --- the log ----------------------------------------------------------------------------------------------------
 def test_empty_log(tmp_path: Path) -> None:
-    log = AuditLog(tmp_path / "none" / "audit.jsonl")
+    log = AuditLog.at(tmp_path / "none" / "audit.jsonl")
     assert log.head() == AuditHead(0, GENESIS)
     assert log.intents() == set()
     head = log.append(at=1.0, who="me", what="breaker_reset", node=None, why="test")
     assert head.seq == 1 and log.head() == head
-    assert verify(log.path) == []
+    assert verify(tmp_path / "none" / "audit.jsonl") == []
 
 
 def test_append_chains_and_head_follows(tmp_path: Path) -> None:
@@ -73,7 +73,7 @@ def test_append_chains_and_head_follows(tmp_path: Path) -> None:
 
 def test_intact_log_verifies(log_path: Path) -> None:
     assert verify(log_path) == []
-    assert verify(log_path, AuditLog(log_path).head()) == []
+    assert verify(log_path, AuditLog.at(log_path).head()) == []
 
 
 def test_changed_field(log_path: Path) -> None:
@@ -132,7 +132,7 @@ def test_inserted_forged_line(log_path: Path) -> None:
 
 
 def test_truncated_tail_is_caught_only_against_the_recorded_head(log_path: Path) -> None:
-    head = AuditLog(log_path).head()
+    head = AuditLog.at(log_path).head()
     put(log_path, lines(log_path)[:-1])
     assert verify(log_path) == []  # a prefix of a valid chain is a valid chain
     problems = verify(log_path, head)
@@ -187,7 +187,7 @@ def test_cli_intact(
 ) -> None:
     assert run_cli(monkeypatch, str(log_path)) == 0
     assert "4 entries, chain intact" in capsys.readouterr().out
-    state = state_file(tmp_path, AuditLog(log_path).head())
+    state = state_file(tmp_path, AuditLog.at(log_path).head())
     assert run_cli(monkeypatch, str(log_path), "--state", str(state)) == 0
     assert "matching the controller's state" in capsys.readouterr().out
 
@@ -214,7 +214,7 @@ def test_cli_broken_chain_exits_1(
 def test_cli_truncated_tail_against_the_state(
     log_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
-    state = state_file(tmp_path, AuditLog(log_path).head())
+    state = state_file(tmp_path, AuditLog.at(log_path).head())
     put(log_path, lines(log_path)[:-2])
     assert run_cli(monkeypatch, str(log_path)) == 0
     capsys.readouterr()
@@ -250,7 +250,7 @@ def test_a_second_writer_is_seen_by_a_log_that_cached_its_head(tmp_path: Path) -
     from ha_ops.remediation.audit import AuditLog
 
     path = tmp_path / "audit.jsonl"
-    mine, theirs = AuditLog(path), AuditLog(path)
+    mine, theirs = AuditLog.at(path), AuditLog.at(path)
     mine.append(at=1.0, who="ctl1", what="drain", node="n1", why="x", intent="i1")
     assert mine.head().seq == 1 and theirs.head().seq == 1
     theirs.append(at=2.0, who="ctl2", what="resume", node="n1", why="y", intent="i2")

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from ha_ops.remediation.documents import DirectoryDocuments
 from ha_ops.remediation.lease import Lease, LeaseLost
 from ha_ops.remediation.model import ControllerState, NodeRecord
 from ha_ops.remediation.store import StateError, StateStore, read_state
@@ -205,7 +206,7 @@ def test_save_needs_the_current_token(tmp_path: Path, clock: Clock) -> None:
     a, b = pair(tmp_path, clock)
     a.acquire_or_renew()
     path = tmp_path / "state.json"
-    store_a, store_b = StateStore(path, a), StateStore(path, b)
+    store_a, store_b = StateStore(DirectoryDocuments(tmp_path), a), StateStore(DirectoryDocuments(tmp_path), b)
     state = ControllerState(nodes={"n1": NodeRecord(name="n1", pool="p")})
     store_a.save(state, 1)
     saved = path.read_bytes()
@@ -225,7 +226,7 @@ def test_save_needs_the_current_token(tmp_path: Path, clock: Clock) -> None:
 
 def test_load_missing_gives_a_fresh_state(tmp_path: Path, clock: Clock) -> None:
     a, _ = pair(tmp_path, clock)
-    state = StateStore(tmp_path / "nope" / "state.json", a).load()
+    state = StateStore(DirectoryDocuments(tmp_path / "nope"), a).load()
     assert state == ControllerState()
     assert state.nodes == {} and state.next_intent == 1
 
@@ -247,7 +248,7 @@ def test_load_refuses_a_damaged_file_naming_it(tmp_path: Path, clock: Clock, con
     path = tmp_path / "state.json"
     path.write_text(content)
     with pytest.raises(StateError, match=match) as info:
-        StateStore(path, a).load()
+        StateStore(DirectoryDocuments(tmp_path), a).load()
     assert str(path) in str(info.value)
     assert info.value.exit_code == 3
 
@@ -302,6 +303,6 @@ def test_controller_status_from_the_shared_state_names_the_lease_holder(tmp_path
 
     a, b = pair(tmp_path, Clock(time.time()))
     assert a.acquire_or_renew() and not b.acquire_or_renew()
-    StateStore(tmp_path / "state.json", a).save(ControllerState(), 1)
+    StateStore(DirectoryDocuments(tmp_path), a).save(ControllerState(), 1)
     done = CliRunner().invoke(app, ["controller", "status", "--state-dir", str(tmp_path)], catch_exceptions=False)
     assert done.exit_code == 0 and "lease: ctl1 (token 1)" in done.output, done.output

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from ha_ops.remediation.documents import DirectoryDocuments
 from ha_ops.remediation.view import View, ViewStore, last_heard, should_yield
 
 NOW = 1000.0
@@ -51,10 +52,10 @@ def test_its_own_record_among_the_peers_is_ignored() -> None:
 
 
 def test_the_store_reads_peers_and_skips_a_torn_file(tmp_path: Path) -> None:
-    ViewStore(tmp_path, "ctl1").write(view("ctl1", True, True))
-    ViewStore(tmp_path, "ctl2").write(view("ctl2", True, False))
+    ViewStore(DirectoryDocuments(tmp_path), "ctl1").write(view("ctl1", True, True))
+    ViewStore(DirectoryDocuments(tmp_path), "ctl2").write(view("ctl2", True, False))
     (tmp_path / "views" / "ctl3.json").write_text('{"id": "ctl3", "at"')
-    peers = ViewStore(tmp_path, "ctl1").peers()
+    peers = ViewStore(DirectoryDocuments(tmp_path), "ctl1").peers()
     assert [p.id for p in peers] == ["ctl2"]
     assert last_heard([view("x", True, True), *peers], "gpu1") == NOW - 1
     assert last_heard(peers, "gpu9") == 0.0

@@ -108,14 +108,14 @@ class ClusterK8sLayer(pulumi.ComponentResource):
             f"{name}-controller-sa", metadata=meta(m.CONTROLLER, m.CONTROLLER_LABELS), opts=child
         )
         role = k8s.rbac.v1.Role(
-            f"{name}-controller-leases",
-            metadata=meta(f"{m.CONTROLLER}-leases", m.CONTROLLER_LABELS),
-            rules=m.lease_role_rules(),
+            f"{name}-controller-state",
+            metadata=meta(f"{m.CONTROLLER}-state", m.CONTROLLER_LABELS),
+            rules=m.controller_role_rules(),
             opts=child,
         )
         k8s.rbac.v1.RoleBinding(
-            f"{name}-controller-leases",
-            metadata=meta(f"{m.CONTROLLER}-leases", m.CONTROLLER_LABELS),
+            f"{name}-controller-state",
+            metadata=meta(f"{m.CONTROLLER}-state", m.CONTROLLER_LABELS),
             role_ref={"api_group": "rbac.authorization.k8s.io", "kind": "Role", "name": role.metadata.name},
             subjects=[{"kind": "ServiceAccount", "name": controller_sa.metadata.name, "namespace": namespace}],
             opts=child,

@@ -135,19 +135,19 @@ def agent_pod_spec(spec: ClusterSpec, cfg: K8sLayerConfig, image: str) -> dict[s
     }
 
 
-CONTROLLER_STATE_PATH = "/var/lib/ha-ops/controller"
-
-
 def controller_config(spec: ClusterSpec, cfg: K8sLayerConfig, pool: str, nodes: list[str]) -> dict[str, Any]:
-    """The controller's config on Kubernetes, checked by its own model: the Kubernetes scheduler and a Lease in the
-    layer's namespace; each replica's id is its pod name (`--id` from HA_OPS_CONTROLLER_ID), never the `id` here."""
+    """The controller's config on Kubernetes, checked by its own model: the Kubernetes scheduler, a Lease and the
+    shared state (ConfigMaps) in the layer's namespace, so no volume is needed; each replica's id is its pod name
+    (`--id` from HA_OPS_CONTROLLER_ID), never the `id` here."""
     data = {
         "id": "set-by-pod-name",
-        "state_dir": CONTROLLER_STATE_PATH,
         "port": controller_port(spec),
         "scheduler": "kubernetes",
         "partition": pool,
-        "kubernetes": {"lease": {"namespace": cfg.namespace, "name": CONTROLLER}},
+        "kubernetes": {
+            "lease": {"namespace": cfg.namespace, "name": CONTROLLER},
+            "state": {"namespace": cfg.namespace, "prefix": CONTROLLER},
+        },
         "pools": {pool: {"nodes": nodes}},
     }
     ControllerConfig.model_validate(data)
@@ -191,17 +191,14 @@ def controller_pod_spec(spec: ClusterSpec, image: str) -> dict[str, Any]:
                 ],
                 "ports": [{"name": "http", "container_port": port, "protocol": "TCP"}],
                 "readiness_probe": {"http_get": {"path": "/healthz", "port": port}, "period_seconds": 5},
-                "volume_mounts": [
-                    {"name": "config", "mount_path": "/etc/ha-ops", "read_only": True},
-                    # The root file system is read-only: the state folder is a volume. (Per pod for now: the
-                    # state in the API, shared by both replicas, is the next step of issue 19.)
-                    {"name": "state", "mount_path": CONTROLLER_STATE_PATH},
-                ],
+                # The root file system is read-only, and nothing is written to a volume: the lease and the shared
+                # state (intents, audit log, views) are kept in the API, where the other replica finds them.
+                "volume_mounts": [{"name": "config", "mount_path": "/etc/ha-ops", "read_only": True}],
                 "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}},
                 "security_context": {"allow_privilege_escalation": False, "read_only_root_filesystem": True},
             }
         ],
-        "volumes": [{"name": "config", "config_map": {"name": CONTROLLER}}, {"name": "state", "empty_dir": {}}],
+        "volumes": [{"name": "config", "config_map": {"name": CONTROLLER}}],
     }
 
 
@@ -238,14 +235,16 @@ def agent_node_restriction(cfg: K8sLayerConfig) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def lease_role_rules() -> list[dict[str, Any]]:
-    # Leader election only: no delete, nothing outside coordination.k8s.io.
+def controller_role_rules() -> list[dict[str, Any]]:
+    """In the controller's own namespace: leader election (Leases) and the shared state (ConfigMaps). No delete:
+    the audit log is never removed by the controller."""
     return [
         {
             "api_groups": ["coordination.k8s.io"],
             "resources": ["leases"],
             "verbs": ["get", "list", "watch", "create", "update", "patch"],
-        }
+        },
+        {"api_groups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "watch", "create", "update"]},
     ]
 
 
