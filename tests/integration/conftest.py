@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -17,8 +17,8 @@ LAB_NAME = "itest"
 
 # Modules that bring their own lab (or none) first, then those sharing the session's lab, in their usual order: the
 # session lab then stays up only while it is used, instead of idling under the full lab's timed game day. Molecule's
-# scenarios run in the background of all of them (below); its module, last, waits for them. A module not listed runs
-# just before it.
+# scenarios run in the background of the modules from MOLECULE_FROM on (below); its module, last, waits for them. A
+# module not listed runs just before it.
 MODULE_ORDER = [
     "test_containers", "test_lab_teardown", "test_pulumi", "test_infra_lab", "test_full_lab",
     "test_storage", "test_kubernetes",
@@ -26,6 +26,7 @@ MODULE_ORDER = [
     "test_runbooks",
 ]  # fmt: skip
 LAST = "test_molecule"
+MOLECULE_FROM = "test_kubernetes"
 
 
 def _rank(item: pytest.Item) -> int:
@@ -60,24 +61,38 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
+START_MOLECULE = pytest.StashKey[Callable[[], object]]()
+
+
 @pytest.fixture(scope="session", autouse=True)
 def molecule_in_the_background(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[None]:
-    """When Molecule's scenarios are among the tests, they start with the session, at the lowest CPU priority
-    (test_molecule.py), and the session waits for them to end (each with its own destroy)."""
-    ours = [i for i in request.session.items if module_of(i.nodeid) == f"{LAST}.py"]
+    """When Molecule's scenarios are among the tests, they run in the background of the lab modules from
+    MOLECULE_FROM on, at the lowest CPU priority (test_molecule.py), and the session waits for them to end (each
+    with its own destroy). Not beside the full lab and the storage tests: their MooseFS and SSH game days were what
+    Molecule's disk work slowed most (nice orders the CPU only; this machine's disks have no I/O scheduler)."""
+    ours = [i for i in request.session.items if "scenarios" in getattr(i, "fixturenames", ())]
     if os.geteuid() != 0 or not ours:
         yield
         return
     from tests.integration.test_molecule import Background
 
     chosen = {i.callspec.params["role"] for i in ours if hasattr(i, "callspec") and "role" in i.callspec.params}
-    Background.start(tmp_path_factory.mktemp("molecule"), chosen or None)
+    request.config.stash[START_MOLECULE] = lambda: Background.start(tmp_path_factory.mktemp("molecule"),
+                                                                      chosen or None)  # fmt: skip
     try:
         yield
     finally:
         Background.finish()
+
+
+@pytest.fixture(autouse=True)
+def _molecule_from_here(request: pytest.FixtureRequest, molecule_in_the_background: None) -> None:
+    start = request.config.stash.get(START_MOLECULE, None)
+    if start is not None and _rank(request.node) >= MODULE_ORDER.index(MOLECULE_FROM):
+        del request.config.stash[START_MOLECULE]
+        start()
 
 
 @pytest.fixture(scope="session")

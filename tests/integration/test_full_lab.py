@@ -118,11 +118,18 @@ def test_the_game_day_goes_red_naming_the_fault_when_the_slurm_backup_is_disable
 def test_the_gpu_game_day_goes_red_with_both_remediation_controllers_stopped(
     flab: Lab, ssh: OverSsh, tmp_path: Path
 ) -> None:
+    gpu = REPO / "chaos" / "gamedays" / "gpu.yaml"
+    plan = yaml.safe_load(gpu.read_text())
+    [fault] = plan["faults"]
+    fault["experiment"] = str((gpu.parent / fault["experiment"]).resolve())
+    fault["timeout_s"] = 15  # (detected within 1 s when a controller runs; here never)
+    path = tmp_path / "gpu-no-controllers.yaml"
+    path.write_text(yaml.safe_dump(plan))
     reset_remediation(flab)
     for node in ("ctl1", "ctl2"):
         flab.node(node).stop("controller")
     try:
-        result = gameday(ssh, REPO / "chaos" / "gamedays" / "gpu.yaml", tmp_path / "reports")
+        result = gameday(ssh, path, tmp_path / "reports")
     finally:
         faults.cleanup(cluster(flab))
         reset_remediation(flab)  # controllers started again, the GPU and the node back in service

@@ -293,6 +293,17 @@ def _template(app: str, node: str | None = None) -> dict:
     }  # fmt: skip
 
 
+def checkpointing_job(api: Client, namespace: str, name: str, checkpoint: str) -> dict:
+    """A Job under the job contract (its checkpoint path in HA_OPS_CHECKPOINT_DIR); its first pod once Running."""
+    job = _template(name)
+    job["spec"]["containers"][0]["env"] = [{"name": "HA_OPS_CHECKPOINT_DIR", "value": checkpoint}]
+    manifest = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name, "namespace": namespace},
+                "spec": {"backoffLimit": 3, "template": job}}  # fmt: skip
+    api.apply(codecs.from_dict(manifest), force=True)
+    [first] = wait_for("the Job's pod Running", lambda: _pods(api, namespace, name), timeout=60, interval=0.5)
+    return first
+
+
 def test_the_kubernetes_scheduler_takes_a_node_out_evicts_within_budgets_brings_a_spare_and_returns_it(
     klab: Lab, api: Client
 ) -> None:
@@ -309,12 +320,7 @@ def test_the_kubernetes_scheduler_takes_a_node_out_evicts_within_budgets_brings_
     for namespace, policy in (("ml", None), ("serving", "allow-completion")):
         annotations = {DRAIN_POLICY_ANNOTATION: policy} if policy else {}
         api.apply(Namespace(metadata=ObjectMeta(name=namespace, annotations=annotations)), force=True)
-    job = _template("train")
-    job["spec"]["containers"][0]["env"] = [{"name": "HA_OPS_CHECKPOINT_DIR", "value": checkpoint}]
-    manifest = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "train", "namespace": "ml"},
-                "spec": {"backoffLimit": 3, "template": job}}  # fmt: skip
-    api.apply(codecs.from_dict(manifest), force=True)
-    [first] = wait_for("the Job's pod Running", lambda: _pods(api, "ml", "train"), timeout=60, interval=0.5)
+    first = checkpointing_job(api, "ml", "train", checkpoint)
     node = first["spec"]["nodeName"]
     guarded = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "serve", "namespace": "serving"},
                "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "serve"}},
@@ -521,12 +527,7 @@ def test_two_controllers_on_kubernetes_take_out_a_node_move_its_job_and_survive_
     scheduler.set_partition_nodes("gpu", [n for n in scheduler.partition_nodes("gpu") if n != spare])
     checkpoint = "/mnt/checkpoints/train-9"
     api.apply(Namespace(metadata=ObjectMeta(name="ml2")), force=True)
-    job = _template("train9")
-    job["spec"]["containers"][0]["env"] = [{"name": "HA_OPS_CHECKPOINT_DIR", "value": checkpoint}]
-    manifest = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "train9", "namespace": "ml2"},
-                "spec": {"backoffLimit": 3, "template": job}}  # fmt: skip
-    api.apply(codecs.from_dict(manifest), force=True)
-    [first] = wait_for("the Job's pod Running", lambda: _pods(api, "ml2", "train9"), timeout=60, interval=0.5)
+    first = checkpointing_job(api, "ml2", "train9", checkpoint)
     node = first["spec"]["nodeName"]
 
     marker = tmp_path / "repaired"

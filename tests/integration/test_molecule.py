@@ -2,10 +2,11 @@
 testinfra verification. Each runs through scripts/molecule.sh, as a developer would run it.
 
 The scenarios run side by side (HA_OPS_MOLECULE_PARALLEL at once, longest first): their containers spend much of
-a scenario waiting on apt, systemd and Ansible's round trips. And they run in the background of the whole
-integration run, at the lowest CPU priority (nice 19): they start with the session (conftest.py) and this module,
-which runs last, waits for them. The lab modules leave a core idle most of the time (they wait for faults to be
-detected and recovered), which Molecule's work fills, while the lab's daemons keep the CPU whenever they want it.
+a scenario waiting on apt, systemd and Ansible's round trips. And they run in the background of the integration
+run's lab modules, at the lowest CPU priority (nice 19): the session starts them after the full lab (conftest.py)
+and this module, which runs last, waits for them. The lab modules leave a core idle most of the time (they wait for
+faults to be detected and recovered), which Molecule's work fills, while the lab's daemons keep the CPU whenever
+they want it.
 Each scenario has its own containers, apt cache folders and shared folder, and each test still checks its own
 scenario's outcome."""
 
@@ -109,8 +110,14 @@ class Background:
 
 
 @pytest.fixture(scope="module")
-def scenarios(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Future]:
-    """The scenarios the session started (conftest.py), or started now when this module runs on its own."""
+def scenarios(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Future]:
+    """The scenarios the session started in the background (conftest.py), started now if it has not yet."""
+    from tests.integration.conftest import START_MOLECULE
+
+    start = request.config.stash.get(START_MOLECULE, None)
+    if start is not None:
+        del request.config.stash[START_MOLECULE]
+        start()
     return Background.start(tmp_path_factory.mktemp("molecule"))
 
 
