@@ -89,13 +89,11 @@ def _shared_state(cfg: ControllerConfig) -> dict[str, Any]:
     import time
 
     from ha_ops.remediation.controller import make_documents, make_lease
-    from ha_ops.remediation.store import StateStore
+    from ha_ops.remediation.store import load_state
 
-    lease = make_lease(cfg, time.time)
-    state = StateStore(make_documents(cfg), lease).load()
-    record = lease.read()
+    record = make_lease(cfg, time.time).read()
     holder = {"holder": record.holder, "token": record.token} if record is not None else None
-    return {"state": state.model_dump(mode="json"), "lease": holder}
+    return {"state": load_state(make_documents(cfg)).model_dump(mode="json"), "lease": holder}
 
 
 @controller_app.command()
@@ -164,11 +162,12 @@ def audit_verify(
     head = None
     if config is not None:  # the log and the state where the controllers keep them, the end checked too
         from ha_ops.remediation.controller import make_documents
+        from ha_ops.remediation.store import load_state
 
         documents = make_documents(load_controller_config(config))
         where, text = documents.describe("audit.jsonl"), documents.read("audit.jsonl") or ""
-        recorded = _shared_state(load_controller_config(config))["state"]
-        head = AuditHead(recorded["audit_seq"], recorded["audit_hash"])
+        recorded = load_state(documents)
+        head = AuditHead(recorded.audit_seq, recorded.audit_hash)
         problems = verify_text(text, head)
     elif file is not None:
         if state is not None:

@@ -25,21 +25,26 @@ class StateStore:
         self.lease = lease
 
     def load(self) -> ControllerState:
-        where = f"controller state {self.documents.describe(self.name)}"
-        try:
-            text = self.documents.read(self.name)
-            if text is None:
-                return ControllerState()
-            data = json.loads(text)
-        except (OSError, ValueError) as exc:
-            # Writes replace the whole, so this is damage from outside: refuse rather than forget what was done.
-            raise StateError(f"{where} is unreadable ({exc}); restore it or move it away") from exc
-        return parse_state(data, where)
+        return load_state(self.documents, self.name)
 
     def save(self, state: ControllerState, token: int) -> None:
         """Write atomically, only while this controller holds the lease with `token` (else LeaseLost)."""
         with self.lease.fenced(token):
             self.documents.write(self.name, state.model_dump_json())
+
+
+def load_state(documents: Documents, name: str = "state.json") -> ControllerState:
+    """The state as stored (a fresh one when there is none yet); damage is refused, naming where it is."""
+    where = f"controller state {documents.describe(name)}"
+    try:
+        text = documents.read(name)
+        if text is None:
+            return ControllerState()
+        data = json.loads(text)
+    except (OSError, ValueError) as exc:
+        # Writes replace the whole, so this is damage from outside: refuse rather than forget what was done.
+        raise StateError(f"{where} is unreadable ({exc}); restore it or move it away") from exc
+    return parse_state(data, where)
 
 
 def parse_state(data: object, where: str) -> ControllerState:
