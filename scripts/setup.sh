@@ -12,7 +12,7 @@ DEB_PACKAGES=(
   openssh-server openssh-client
   prometheus prometheus-alertmanager
   moosefs-master moosefs-chunkserver moosefs-metalogger moosefs-client moosefs-cli fuse3
-  podman runc debootstrap
+  podman runc debootstrap containerd
   python3-venv rsync
 )
 
@@ -67,6 +67,8 @@ python_env() {
 container_image() {
   if [ "$(id -u)" -eq 0 ]; then
     bash scripts/containers.sh
+    # The pod sandbox image of the lab's kubelet nodes (ha_ops/lab/kubelets.py): no registry serves pause here.
+    if [ ! -s tools/images/pause-lab.tar ]; then bash scripts/image.sh --pause tools/images/pause-lab.tar >/dev/null; fi
   else
     echo "setup: the container base image needs root; run 'sudo make setup' to build it"
   fi

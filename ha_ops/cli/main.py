@@ -104,3 +104,7 @@ def main() -> None:
             raise
         output.error(f"internal error: {type(exc).__name__}: {exc} (run with -v for the traceback)")
         sys.exit(70)
+
+
+if __name__ == "__main__":  # `python -m ha_ops.cli.main`, as the container image runs it
+    main()

@@ -28,6 +28,7 @@ from ha_ops.lab import (
     controllers,
     drivers,
     fabric,
+    kubelets,
     kubernetes,
     mgmt,
     monitoring,
@@ -168,6 +169,7 @@ class Lab:
         controllers.prepare(ctx)
         storage.prepare(ctx)
         kubernetes.prepare(ctx)
+        kubelets.prepare(ctx)
 
         progress(f"creating {len(ctx.switch_names()) + len(ctx.host_names())} nodes")
         for name in ctx.switch_names():
@@ -176,6 +178,7 @@ class Lab:
             self._ensure_node(state, node.name, "host", str(node.address))
         fabric.wire(ctx)
         mgmt.wire(ctx)
+        kubelets.network(ctx, state)
 
         progress("starting the fabric (FRR)")
         self._ensure_services(state, fabric.zebra_services(ctx))
@@ -198,6 +201,7 @@ class Lab:
         if kubernetes.enabled(ctx):
             progress("starting Kubernetes (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, KWOK)")
             self._ensure_services(state, kubernetes.services(ctx))
+            self._ensure_kubelet_runtimes(state, progress)
 
         deadline = time.monotonic() + timeout
         progress("waiting for BGP sessions and ECMP routes")
@@ -221,6 +225,22 @@ class Lab:
     def _ensure_kubernetes_nodes(self, progress: Progress, deadline: float) -> None:
         with kubernetes.client(self.ctx) as api:
             self._register_kubernetes_nodes(api, progress, deadline)
+            if kubelets.names(self.ctx):
+                wait_for("every kubelet node Ready", lambda: not kubelets.problems(api, self.ctx),
+                         timeout=max(60.0, deadline - time.monotonic()), interval=0.5)  # fmt: skip
+
+    def _ensure_kubelet_runtimes(self, state: LabState, progress: Progress) -> None:
+        """containerd and the API relay first, the pause image in each runtime, then the kubelets (a kubelet that
+        found no pause image would fail its first pods)."""
+        ctx = self.ctx
+        if not kubelets.names(ctx):
+            return
+        progress(f"starting containerd and kubelet on {', '.join(kubelets.names(ctx))}")
+        self._ensure_services(state, kubelets.runtime_services(ctx))
+        for node in kubelets.names(ctx):
+            wait_for(f"containerd on {node}", kubelets.runtime_socket(ctx, node).is_socket, timeout=20, interval=0.05)
+        kubelets.ensure_pause_image(ctx)
+        self._ensure_services(state, kubelets.kubelet_services(ctx))
 
     def _register_kubernetes_nodes(self, api: Client, progress: Progress, deadline: float) -> None:
         progress("waiting for the Kubernetes API")
@@ -526,6 +546,11 @@ def teardown(name: str, paths: LabPaths, progress: Progress = _no_progress) -> l
         log.info("no usable state (%s); sweeping by name", exc)
     progress("stopping services")
     if state is not None:
+        # Kubelets first, so none restarts a container while containerd removes them all (with their cgroups).
+        kubelet_pids = [s.pid for s in state.services.values() if s.service == "kubelet" and s.pid
+                        and process.matches(s.pid, s.argv, state.nodes[s.node].netns)]  # fmt: skip
+        process.terminate_all(kubelet_pids)
+        removed += kubelets.stop_containers(paths.root)
         live = []
         for svc in state.services.values():
             node = state.nodes.get(svc.node)

@@ -6,6 +6,7 @@ import ctypes
 import os
 import socket
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from ha_ops.errors import TransportError
@@ -54,8 +55,8 @@ def sysctl(netns: str, key: str, value: str) -> None:
 _libc = ctypes.CDLL("libc.so.6", use_errno=True)
 
 
-def connect_in(netns: str, address: tuple[str, int], timeout: float = 5.0) -> socket.socket:
-    """A TCP socket connected from inside `netns`: a socket keeps the namespace it was created in.
+def _socket_in(netns: str, make: Callable[[], socket.socket], timeout: float) -> socket.socket:
+    """A socket made inside `netns`: a socket keeps the namespace it was created in, wherever it is used.
 
     setns() changes only the calling thread, so the switch happens in a short-lived thread of its own.
     """
@@ -66,8 +67,7 @@ def connect_in(netns: str, address: tuple[str, int], timeout: float = 5.0) -> so
         try:
             if _libc.setns(fd, CLONE_NEWNET) != 0:
                 raise OSError(ctypes.get_errno(), f"setns({netns})")
-            sock = socket.create_connection(address, timeout=timeout)
-            box["sock"] = sock
+            box["sock"] = make()
         except Exception as exc:
             box["error"] = exc
         finally:
@@ -78,4 +78,28 @@ def connect_in(netns: str, address: tuple[str, int], timeout: float = 5.0) -> so
     thread.join(timeout + 1)
     if "sock" in box:
         return box["sock"]  # type: ignore[return-value]
-    raise TransportError(f"cannot connect to {address[0]}:{address[1]} from namespace {netns}: {box.get('error')}")
+    raise TransportError(str(box.get("error", "timed out")))
+
+
+def connect_in(netns: str, address: tuple[str, int], timeout: float = 5.0) -> socket.socket:
+    """A TCP socket connected from inside `netns`."""
+    try:
+        return _socket_in(netns, lambda: socket.create_connection(address, timeout=timeout), timeout)
+    except TransportError as exc:
+        raise TransportError(f"cannot connect to {address[0]}:{address[1]} from namespace {netns}: {exc}") from None
+
+
+def listen_in(netns: str, address: tuple[str, int]) -> socket.socket:
+    """A listening TCP socket inside `netns` (its connections are accepted by a process in another namespace)."""
+
+    def make() -> socket.socket:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(128)
+        return sock
+
+    try:
+        return _socket_in(netns, make, 5.0)
+    except TransportError as exc:
+        raise TransportError(f"cannot listen on {address[0]}:{address[1]} in namespace {netns}: {exc}") from None

@@ -147,9 +147,33 @@ def terminate_all(pids: list[int], grace: float = 1.5) -> None:
         wait_gone(pid, 2.0)
 
 
+def _parents() -> dict[int, int]:
+    out = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                # The command name in field 2 may hold spaces and parentheses: the fields after its last ")".
+                out[int(entry.name)] = int((entry / "stat").read_text().rpartition(")")[2].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+    return out
+
+
+def with_descendants(pids: list[int]) -> list[int]:
+    """`pids` and every process below them: a container's processes live in namespaces of their own, but they are
+    children of the containerd shim that started them."""
+    parents = _parents()
+    out, frontier = list(pids), set(pids)
+    while frontier:
+        frontier = {child for child, parent in parents.items() if parent in frontier and child not in out}
+        out += sorted(frontier)
+    return out
+
+
 def kill_all_in_netns(netns_name: str) -> list[int]:
-    """Last sweep of `lab down`: every process still living in a lab namespace was started by the lab."""
-    pids = pids_in(netns_name)
+    """Last sweep of `lab down`: every process still living in a lab namespace, or below one that does, was
+    started by the lab."""
+    pids = with_descendants(pids_in(netns_name))
     for pid in pids:
         signal_pid(pid, signal.SIGCONT)
         signal_pid(pid, signal.SIGKILL)

@@ -21,14 +21,16 @@ spec = load_spec(Path(config.require("spec")))
 enforce_spec(spec)
 gpu_nodes = [n.name for n in compute_layout(spec).nodes_with_role("gpu")]
 pool = spec.schedulers.slurm.partition if spec.schedulers.slurm else "gpu"  # the nodes' ha-ops.io/pool label
-controller_config = yaml.safe_dump(controller_config_for(spec, K8sLayerConfig(), pool, gpu_nodes))
+# `layer`: how the layer fits this cluster (K8sLayerConfig: namespace, where the controllers run, ...).
+layer_config = K8sLayerConfig.model_validate(config.get_object("layer") or {})
+controller_config = yaml.safe_dump(controller_config_for(spec, layer_config, pool, gpu_nodes))
 # With `render_dir` the manifests are written there instead of applied (no cluster needed: previews, reviews).
 render_dir = config.get("render_dir")
 if render_dir:
     provider = k8s.Provider("cluster", render_yaml_to_directory=render_dir)
 else:
     provider = k8s.Provider("cluster", kubeconfig=Path(config.require("kubeconfig")).read_text())
-layer = ClusterK8sLayer("ha-ops", ClusterK8sLayerArgs(spec, controller_config, provider=provider))
+layer = ClusterK8sLayer("ha-ops", ClusterK8sLayerArgs(spec, controller_config, config=layer_config, provider=provider))
 pulumi.export("namespace", layer.namespace)
 pulumi.export("agent_daemonset", layer.agent_daemonset)
 pulumi.export("controller_deployment", layer.controller_deployment)

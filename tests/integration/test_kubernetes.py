@@ -32,8 +32,9 @@ from lightkube.types import PatchType
 
 from ha_ops.health.agent import http_poster
 from ha_ops.health.report import AgentReport, ReportFinding
+from ha_ops.iac.components.k8s_manifests import controller_port
 from ha_ops.iac.engine import PulumiEngine
-from ha_ops.lab import kubernetes
+from ha_ops.lab import kubelets, kubernetes
 from ha_ops.lab.cluster import Lab
 from ha_ops.lab.paths import LabPaths
 from ha_ops.remediation.audit import AuditLog
@@ -67,7 +68,8 @@ IMAGE = "registry.invalid/ha-ops/trainer@sha256:" + "0" * 64  # KWOK never pulls
 
 @pytest.fixture(scope="module")
 def klab() -> Iterator[Lab]:
-    spec = lab_spec(LAB_NAME).model_copy(update={"kubernetes": Kubernetes()})
+    # ctl1 and ctl2 real kubelet nodes (containerd), for the controller pods; KWOK for the GPU nodes.
+    spec = lab_spec(LAB_NAME).model_copy(update={"kubernetes": Kubernetes(kubelet_nodes=["ctl1", "ctl2"])})
     started = time.monotonic()
     with running_lab(Lab(spec, LabPaths.for_lab(LAB_NAME))) as lab:
         print(f"\nlab with Kubernetes up in {time.monotonic() - started:.0f} s")
@@ -189,39 +191,82 @@ def test_a_deployment_spreads_over_gpu_nodes_and_recovers_from_a_lost_node(klab:
     assert not scheduler.node(lost_node).drained
 
 
-def test_the_k8s_layer_stack_deploys_ha_ops_onto_the_lab_kubernetes(klab: Lab, api: Client, tmp_path: Path) -> None:
-    """infra/k8s through the built CLI and the built pulumi-kubernetes provider, against the lab's API server: the
-    agent runs on every GPU node, the controller's 2 replicas on different nodes; destroy removes them."""
-    images = {"agent": f"registry.invalid/ha-ops/agent@sha256:{'1' * 64}",
-              "controller": f"registry.invalid/ha-ops/controller@sha256:{'2' * 64}"}  # fmt: skip
+@pytest.fixture(scope="module")
+def image(klab: Lab, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The ha-ops image, built from this checkout (scripts/image.sh) and loaded into the kubelet nodes' containerd;
+    named by digest, as the HA policy requires."""
+    tarball = tmp_path_factory.mktemp("image") / "ha-ops.tar"
+    built = subprocess.run(["bash", str(REPO / "scripts" / "image.sh"), str(tarball)], capture_output=True, text=True,
+                           timeout=600)  # fmt: skip
+    assert built.returncode == 0, built.stdout + built.stderr
+    return f"localhost/ha-ops/ha-ops@{kubelets.import_image(klab.ctx, tarball)}"
+
+
+def pod_log(klab: Lab, pod: dict) -> str:
+    """A container's log, read where its kubelet writes it (the API server cannot reach kubelets by name here)."""
+    node, meta = pod["spec"].get("nodeName", ""), pod["metadata"]
+    folder = kubelets.folder(klab.ctx, node) / "var-log-pods" / f"{meta['namespace']}_{meta['name']}_{meta['uid']}"
+    return "\n".join(f.read_text()[-4000:] for f in sorted(folder.glob("*/*.log")))
+
+
+def test_the_k8s_layer_stack_runs_ha_ops_in_real_containers_and_the_controllers_fail_over(
+    klab: Lab, api: Client, image: str, tmp_path: Path
+) -> None:
+    """infra/k8s through the built CLI and the built pulumi-kubernetes provider, against the lab's API server, with
+    the image built from this checkout: the agent on every GPU node (KWOK), the controller's 2 replicas as real
+    containers on the kubelet nodes ctl1 and ctl2 (read-only root file system, their pod names as ids, the Lease
+    and state in the API). The leader's container is killed (SIGKILL, a crash) while a node it took out is held:
+    the other replica leads within 5 s, and the audit shows every action once. Destroy removes everything."""
     spec_file = tmp_path / "spec.yaml"
-    spec_file.write_text(yaml.safe_dump(klab.spec.model_dump(mode="json") | {"images": images}, sort_keys=False))
+    spec_file.write_text(yaml.safe_dump(klab.spec.model_dump(mode="json") | {"images": {"agent": image,
+                                        "controller": image}}, sort_keys=False))  # fmt: skip
     engine = PulumiEngine(tmp_path / "state")
     program = REPO / "infra" / "k8s"
     engine.select_stack(program, "lab")
-    engine.set_config(program, "lab", {"spec": str(spec_file), "kubeconfig": str(kubernetes.kubeconfig_path(klab.ctx))})
+    layer = {"controller_node_selector": {"ha-ops.io/controller": "true"}}  # the kubelet nodes ctl1 and ctl2
+    engine.set_config(program, "lab", {"spec": str(spec_file), "kubeconfig": str(kubernetes.kubeconfig_path(klab.ctx)),
+                                       "layer": json.dumps(layer)})  # fmt: skip
+    namespace = "ha-ops"
+    controllers: dict[str, dict] = {}
     try:
         update = engine.up(program, "lab")
         assert update["result"] == "succeeded", update
-        outputs = engine.outputs(program, "lab")
-        namespace = outputs["namespace"]
+        namespace = engine.outputs(program, "lab")["namespace"]
 
-        def pods(app: str) -> dict[str, str]:
+        def pods(app: str) -> dict[str, dict]:
             found = [p.to_dict() for p in api.list(Pod, namespace=namespace, labels={"app.kubernetes.io/name": app})]
-            return {p["metadata"]["name"]: p["spec"].get("nodeName", "") for p in found
-                    if p["status"].get("phase") == "Running"}  # fmt: skip
+            return {p["metadata"]["name"]: p for p in found if p["status"].get("phase") == "Running"}
 
         gpu_nodes = {str(n.metadata.name) for n in api.list(Node, labels={"type": "kwok"}) if n.metadata}
+
+        def on_nodes(found: dict[str, dict]) -> set[str]:
+            return {p["spec"]["nodeName"] for p in found.values()}
+
         agents = wait_for("an agent Running on every GPU node",
-                          lambda: (p := pods("ha-ops-agent")) and set(p.values()) >= gpu_nodes and p,
+                          lambda: (p := pods("ha-ops-agent")) and on_nodes(p) >= gpu_nodes and p,
                           timeout=120, interval=1.0)  # fmt: skip
-        assert set(agents.values()) == gpu_nodes
-        controllers = wait_for("2 controllers Running", lambda: len(p := pods("ha-ops-controller")) == 2 and p,
+        assert on_nodes(agents) == gpu_nodes
+
+        def ready_controllers() -> dict[str, dict] | None:
+            running = pods("ha-ops-controller")
+            ready = {n: p for n, p in running.items() if all(c.get("ready") for c in p["status"]["containerStatuses"])}
+            return ready if len(ready) == 2 else None
+
+        controllers = wait_for("2 controllers Running and Ready (their /healthz answering)", ready_controllers,
                                timeout=120, interval=1.0)  # fmt: skip
-        assert len(set(controllers.values())) == 2  # anti-affinity: never both on one node
-        agent_may_write_only_its_own_nodes_condition(klab, api, namespace, agents)
+        assert on_nodes(controllers) == {"ctl1", "ctl2"}
+        for pod in controllers.values():  # real containers of containerd, from the image built here
+            [status] = pod["status"]["containerStatuses"]
+            assert status["containerID"].startswith("containerd://") and status["imageID"].endswith(image.split("@")[1])
+        agent_may_write_only_its_own_nodes_condition(klab, api, namespace, {n: p["spec"]["nodeName"]
+                                                                             for n, p in agents.items()})  # fmt: skip
         assert {str(pc.metadata.name) for pc in api.list(PriorityClass) if pc.metadata} >= {
             "critical", "normal", "preemptible-training"}  # fmt: skip
+        controllers_fail_over(klab, api, namespace, controllers, sorted(gpu_nodes))
+    except BaseException:
+        for pod in controllers.values():
+            print(f"--- {pod['metadata']['name']} on {pod['spec']['nodeName']}\n{pod_log(klab, pod)}")
+        raise
     finally:
         gone = engine.destroy(program, "lab")
     assert gone["result"] == "succeeded", gone
@@ -230,6 +275,40 @@ def test_the_k8s_layer_stack_deploys_ha_ops_onto_the_lab_kubernetes(klab: Lab, a
         assert left.status is not None and left.status.phase == "Terminating"
     except ApiError as exc:
         assert exc.status.code == 404
+
+
+def controllers_fail_over(klab: Lab, api: Client, namespace: str, pods: dict[str, dict], gpu_nodes: list[str]) -> None:
+    """Agents report to both controller pods (a standby answers 503); an XID 79 on one node; once the leader took
+    it out, the leader's container is killed and the Lease must pass to the other pod within 5 s."""
+    urls = {name: f"http://{p['status']['podIP']}:{controller_port(klab.spec)}" for name, p in pods.items()}
+
+    def holder() -> str:
+        return str(api.get(LeaseObject, "ha-ops-controller", namespace=namespace).spec.holderIdentity)
+
+    leader = wait_for("a controller pod holding the Lease", lambda: (h := holder()) in pods and h, timeout=30,
+                      interval=0.2)  # fmt: skip
+    standby = next(name for name in pods if name != leader)
+    faulty = gpu_nodes[0]
+    scheduler = KubernetesScheduler(api, KubernetesOptions(pool="gpu"))
+    with agents_reporting(gpu_nodes, [f"{u}/v1/reports" for u in urls.values()], lambda n: n == faulty):
+        wait_for("the leader taking the faulty node out", lambda: scheduler.node(faulty).drained, timeout=30,
+                 interval=0.3)  # fmt: skip
+        [status] = pods[leader]["status"]["containerStatuses"]
+        killed_at = time.monotonic()
+        kubelets.ctr(klab.ctx, pods[leader]["spec"]["nodeName"], "tasks", "kill", "--signal", "SIGKILL",
+                     status["containerID"].removeprefix("containerd://"))  # fmt: skip
+        wait_for("the other pod holding the Lease", lambda: holder() == standby, timeout=15, interval=0.1)
+        takeover_s = time.monotonic() - killed_at
+        wait_for("the new leader answering", lambda: leading(urls[standby]), timeout=10, interval=0.2)
+        print(f"\nleader pod {leader} killed (SIGKILL): {standby} held the Lease {takeover_s:.1f} s later")
+        assert takeover_s <= 5.0
+        assert scheduler.node(faulty).drained  # the state came with it: not returned, not drained again
+    entries = [json.loads(line) for line in AuditLog(ConfigMapDocuments(api, namespace, "ha-ops-controller"))
+               .text().splitlines()]  # fmt: skip
+    intents = [e["intent"] for e in entries if e.get("intent")]
+    assert len(intents) == len(set(intents)), entries
+    assert [(e["what"], e["node"]) for e in entries].count(("drain", faulty)) == 1, entries
+    scheduler.resume(faulty)
 
 
 def token_kubeconfig(klab: Lab, token: str, user: str) -> dict:

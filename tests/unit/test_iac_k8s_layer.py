@@ -287,3 +287,14 @@ def test_no_images_at_all_or_a_bad_controller_config_create_nothing(mocks: Harne
     assert any(p.startswith("controller_config_yaml.id:") for p in info.value.problems)
     assert any(p.startswith("controller_config_yaml.port:") for p in info.value.problems)
     assert mocks.resources == []
+
+
+def test_the_controllers_run_where_the_layer_config_says(mocks: Harness) -> None:
+    build(mocks, config=K8sLayerConfig(controller_node_selector={"node-role.example.com/system": "true"}))
+    pod = obj(mocks, "Deployment", "ha-ops-controller")["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"node-role.example.com/system": "true"}
+
+
+def test_without_a_node_selector_the_controllers_may_run_on_any_node(mocks: Harness) -> None:
+    build(mocks)
+    assert "nodeSelector" not in obj(mocks, "Deployment", "ha-ops-controller")["spec"]["template"]["spec"]

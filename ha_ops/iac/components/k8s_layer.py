@@ -138,7 +138,7 @@ class ClusterK8sLayer(pulumi.ComponentResource):
                 "strategy": {"type": "RollingUpdate", "rolling_update": {"max_surge": 0, "max_unavailable": 1}},
                 "template": {
                     "metadata": {"labels": m.CONTROLLER_LABELS},
-                    "spec": m.controller_pod_spec(spec, images.controller),
+                    "spec": m.controller_pod_spec(spec, cfg, images.controller),
                 },
             },
             opts=priority_deps,

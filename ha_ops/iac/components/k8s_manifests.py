@@ -57,6 +57,8 @@ class K8sLayerConfig(BaseModel):
     api_server_ports: list[int] = Field(default_factory=lambda: [443, 6443], min_length=1)
     gpu_node_label: str = "nvidia.com/gpu.present"  # set by NVIDIA's GPU feature discovery
     controller_replicas: int = Field(default=2, ge=2)
+    # Where the controllers run, e.g. system nodes away from the GPU nodes they drain (empty: any node).
+    controller_node_selector: dict[str, str] = Field(default_factory=dict)
 
 
 def controller_port(spec: ClusterSpec) -> int:
@@ -167,11 +169,12 @@ def controller_cluster_role_rules() -> list[dict[str, Any]]:
     ]
 
 
-def controller_pod_spec(spec: ClusterSpec, image: str) -> dict[str, Any]:
+def controller_pod_spec(spec: ClusterSpec, cfg: K8sLayerConfig, image: str) -> dict[str, Any]:
     port = controller_port(spec)
     return {
         "service_account_name": CONTROLLER,
         "priority_class_name": "critical",
+        **({"node_selector": cfg.controller_node_selector} if cfg.controller_node_selector else {}),
         "affinity": {
             "pod_anti_affinity": {
                 "required_during_scheduling_ignored_during_execution": [

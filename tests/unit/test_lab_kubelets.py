@@ -1,0 +1,70 @@
+"""The lab's real kubelet nodes: what the spec allows, and each node's configuration (ha_ops/lab/kubelets.py)."""
+
+from __future__ import annotations
+
+import copy
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from ha_ops.errors import SpecError
+from ha_ops.lab import kubelets
+from ha_ops.lab.context import LabContext
+from ha_ops.lab.paths import LabPaths
+from ha_ops.lab.process import with_descendants
+from ha_ops.spec import compute_layout, parse_spec
+
+LAB_YAML = Path(__file__).resolve().parents[2] / "examples" / "lab.yaml"
+
+
+def spec_with(kubelet_nodes: list[str]) -> Any:
+    data = copy.deepcopy(yaml.safe_load(LAB_YAML.read_text()))
+    data["kubernetes"] = {"kubelet_nodes": kubelet_nodes}
+    return parse_spec(data, "lab-variant")
+
+
+@pytest.mark.parametrize(("names", "problem"), [
+    (["gpu1"], "kubernetes.kubelet_nodes[0]: 'gpu1' is a GPU node; KWOK stands in for those"),
+    (["nosuch"], "kubernetes.kubelet_nodes[0]: 'nosuch' is not a host of the spec"),
+    (["ctl1", "ctl1"], "kubernetes.kubelet_nodes: 'ctl1' is named twice"),
+])  # fmt: skip
+def test_kubelet_nodes_must_be_non_gpu_hosts_of_the_spec(names: list[str], problem: str) -> None:
+    with pytest.raises(SpecError) as caught:
+        spec_with(names)
+    assert problem in caught.value.problems
+
+
+def test_each_kubelet_node_gets_its_own_pod_subnet_runtime_and_labels(tmp_path: Path) -> None:
+    spec = spec_with(["ctl1", "ctl2"])
+    ctx = LabContext(spec, compute_layout(spec), LabPaths(tmp_path / "lab"))
+    subnets = [kubelets.pod_subnet(ctx, n) for n in ("ctl1", "ctl2")]
+    assert [str(s) for s in subnets] == ["10.245.0.0/24", "10.245.1.0/24"]
+    assert kubelets.runtime_socket(ctx, "ctl1") != kubelets.runtime_socket(ctx, "ctl2")
+    assert len(str(kubelets.runtime_socket(ctx, "ctl1"))) < 108  # a Unix socket path's limit
+    labels = kubelets.labels(ctx, "ctl1")
+    assert labels["ha-ops.io/controller"] == "true" and labels[kubelets.LAB_LABEL] == "true"
+    assert labels["topology.kubernetes.io/zone"] == spec.domain(spec.controllers.hosts[0].domain).zone
+    assert kubelets.service_ip(ctx) == "10.96.0.1"
+
+
+def test_descendants_are_found_below_the_given_processes() -> None:
+    """What `lab down` kills beside a node's own processes: a container's, children of its containerd shim."""
+    child = "import time; time.sleep(30)"
+    script = f"import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', {child!r}]); time.sleep(30)"
+    parent = subprocess.Popen([sys.executable, "-c", script])
+    try:
+        deadline = time.monotonic() + 10
+        while len(found := with_descendants([parent.pid])) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert found[0] == parent.pid and len(found) == 2
+        assert os.getpid() not in found
+    finally:
+        for pid in reversed(found):
+            os.kill(pid, 9)
+        parent.wait(5)
