@@ -44,7 +44,7 @@ def make_scheduler(cfg: ControllerConfig) -> Scheduler:
         from ha_ops.schedulers.kubernetes import KubernetesOptions, KubernetesScheduler, client_from_kubeconfig
 
         k8s = cfg.kubernetes or KubernetesConfig()
-        options = KubernetesOptions(cfg.partition, k8s.default_drain_policy, k8s.eviction_timeout_s)
+        options = KubernetesOptions(cfg.partition, k8s.default_drain_policy, k8s.eviction_timeout_s, watch_nodes=True)
         return KubernetesScheduler(client_from_kubeconfig(k8s.kubeconfig), options)
     from ha_ops.schedulers.slurm import Slurm
     from ha_ops.transport.local import LocalTransport

@@ -17,6 +17,7 @@ from typing import Any
 from ha_ops.remediation.documents import DirectoryDocuments, Documents
 
 GENESIS = "0" * 64
+ENTRY_FIELDS = ("at", "who", "what", "node", "why", "before", "after", "intent")
 
 
 def _digest(entry: dict[str, Any]) -> str:
@@ -81,6 +82,16 @@ class AuditLog:
         self._load()
         return set(self._intents)
 
+    def head_as_written(self) -> AuditHead:
+        """The head as this process last read or wrote it, without asking the documents (a read of the whole log
+        where it is a ConfigMap): for the lease holder, the only writer, once it has read the log at the start of
+        its term (head())."""
+        return self._head
+
+    def intents_as_written(self) -> set[str]:
+        """intents(), under the same condition as head_as_written()."""
+        return self._intents
+
     def append(
         self,
         *,
@@ -93,24 +104,27 @@ class AuditLog:
         after: Any = None,
         intent: str | None = None,
     ) -> AuditHead:
+        entry = {"at": at, "who": who, "what": what, "node": node, "why": why, "before": before, "after": after,
+                 "intent": intent}  # fmt: skip
+        return self.append_many([entry])
+
+    def append_many(self, entries: list[dict[str, Any]]) -> AuditHead:
+        """Several entries (each with the fields of `append`), chained in order and written in one append: a
+        storm's actions cost one write of the log, not one each."""
         head = self.head()
-        entry: dict[str, Any] = {
-            "seq": head.seq + 1,
-            "at": at,
-            "who": who,
-            "what": what,
-            "node": node,
-            "why": why,
-            "before": before,
-            "after": after,
-            "intent": intent,
-            "prev": head.hash,
-        }
-        entry["hash"] = _digest(entry)
-        self.documents.append(self.name, json.dumps(entry, sort_keys=True) + "\n")
-        self._head = AuditHead(entry["seq"], entry["hash"])
-        if intent:
-            self._intents.add(intent)
+        lines, intents = [], []
+        for fields in entries:
+            entry: dict[str, Any] = {"seq": head.seq + 1, **{k: fields.get(k) for k in ENTRY_FIELDS}, "prev": head.hash}
+            entry["hash"] = _digest(entry)
+            lines.append(json.dumps(entry, sort_keys=True) + "\n")
+            head = AuditHead(entry["seq"], entry["hash"])
+            if entry["intent"]:
+                intents.append(str(entry["intent"]))
+        if not lines:
+            return head
+        self.documents.append(self.name, "".join(lines))
+        self._head = head
+        self._intents.update(intents)
         self._seen = self.documents.version(self.name)
         return self._head
 

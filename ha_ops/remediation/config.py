@@ -151,6 +151,20 @@ class ControllerConfig(ConfigModel):
         "(controller.heartbeat_s), so that a leader that can hear agents hears every live one within it.",
     )
     tick_s: float = Field(0.2, gt=0)
+    parallel_actions: int = Field(
+        16,
+        ge=1,
+        le=256,
+        description="Scheduler actions (drains, returns, spares) carried out at once, on different "
+        "nodes (one node's run in order).",
+    )
+    parallel_repairs: int = Field(
+        16,
+        ge=1,
+        le=256,
+        description="Repairs on nodes (resets, reboots, validations) carried out at once, in slots "
+        "of their own: a validation waiting for a node to boot never holds up a drain.",
+    )
     partition: str = "gpu"
     pools: dict[str, PoolConfig]
     safety: Safety = Safety()

@@ -2,9 +2,9 @@
 
 Threads: the lease thread publishes this controller's view (view.py) and renews (or tries to take) the lease every
 `lease_renew_s`, unless a peer hears the agents this one no longer hears (then it steps down); HTTP threads turn reports
-into decisions under the state lock and persist them before answering; the main loop ticks the policy and runs
-pending intents one by one, each behind the fencing check. State lives on shared storage, so the next leader
-continues where the last one stopped.
+into decisions under the state lock and answer once they are written (one write for all the decisions made while the
+last write was under way); the main loop ticks the policy and runs pending intents, several nodes' at once, each
+behind the fencing check. State lives on shared storage, so the next leader continues where the last one stopped.
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, wait
+from contextlib import suppress
 from typing import Any
 
 from prometheus_client import CollectorRegistry
@@ -36,6 +38,12 @@ from ha_ops.util.proc import CommandResult
 
 log = logging.getLogger(__name__)
 
+FLUSH_S = 0.5  # while actions run, their results are written at least this often
+STOP_GRACE_S = 10.0  # how long a stopping controller waits for the actions under way
+# Actions that look at the real state first and do nothing twice (executor.py): their results may wait for their
+# wave's write. Any other (a GPU reset, a reboot, a validation) is written as soon as it ends.
+IDEMPOTENT = frozenset({"drain", "resume", "requeue_jobs", "spare_in", "spare_out"})
+
 
 class Controller:
     def __init__(self, config: ControllerConfig, executor: Executor, clock: Callable[[], float] = time.time) -> None:
@@ -56,7 +64,14 @@ class Controller:
         self.state: ControllerState | None = None
         self.token: int | None = None
         self._saved = ""  # the state as last written by this controller
+        self._unaudited: list[dict[str, Any]] = []  # finished intents' audit entries, for the next flush
         self._lock = threading.RLock()
+        self._commit_lock = threading.Lock()
+        self._write_lock = threading.Lock()
+        self._snapshots = 0  # snapshots taken, and the last written (a write never goes back to an older one)
+        self._written = 0
+        self._decisions = 0  # decisions made (counted under the lock), and how many of them are written
+        self._committed = 0
         self._stop = threading.Event()
         self._work = threading.Event()
         # From the node-state poller, consumed by the next tick: {node: (state, reason)} and when that poll began
@@ -150,24 +165,52 @@ class Controller:
         state = self.store.load()
         policy.init_state(state, self.config, self.clock())
         state.leading_since = self.clock()
+        self.audit.head()  # the log read afresh: its predecessor may have written after its last save
         self.token, self.state, self._saved = token, state, ""
+        self._unaudited = []  # a term's own: its predecessor's unwritten actions are checked again, by running them
         self._save()
         pending = len(state.pending())
         log.warning("%s is the leader (token %d); %d pending intent(s) to finish", self.config.id, token, pending)
         self._work.set()
 
     def _save(self) -> None:
+        """Write the state now (under the lock)."""
+        self._write(self._snapshot())
+
+    def _snapshot(self) -> tuple[int, str, int, int] | None:
+        """Under the lock: the state to write (seq, text, token, decisions it holds), or None when it is written
+        already. Finished intents are audited first: the state records the log's head."""
         assert self.state is not None and self.token is not None
-        head = self.audit.head()
+        if self._unaudited:
+            self.lease.check(self.token)  # a deposed leader writes no audit entry either
+            self.audit.append_many(self._unaudited)
+            self._unaudited = []
+        # The log as this leader wrote it: it read the log when its term began, and nobody else writes while it
+        # leads (every write is fenced); asking the documents would read the whole log at every save.
+        head = self.audit.head_as_written()
         self.state.audit_seq, self.state.audit_hash = head.seq, head.hash
         snapshot = self.state.model_dump_json()
-        if snapshot == self._saved:
-            return  # an idle tick changes nothing: no write, no fsync
-        self.store.save(self.state, self.token)
-        self._saved = snapshot
+        if snapshot == self._saved:  # (an idle tick changes nothing: no write, no fsync)
+            self._committed = max(self._committed, self._decisions)
+            return None
+        self._snapshots += 1
+        return self._snapshots, snapshot, self.token, self._decisions
+
+    def _write(self, snap: tuple[int, str, int, int] | None) -> None:
+        """Write a snapshot unless a later one was written meanwhile (writes may run outside the state lock)."""
+        if snap is None:
+            return
+        seq, text, token, decisions = snap
+        with self._write_lock:
+            if seq <= self._written:
+                return
+            self.store.save_text(text, token)
+            self._written, self._saved = seq, text
+            self._committed = max(self._committed, decisions)
 
     # --- inputs ---------------------------------------------------------------------------------------------
     def _decide(self, decide: Callable[[ControllerState, int], policy.Outcome]) -> dict[str, Any]:
+        """Apply a decision under the state lock, and answer once the state holding it is written."""
         with self._lock:
             if self.state is None or self.token is None:
                 raise LeaseLost("not the leader")
@@ -176,7 +219,9 @@ class Controller:
                 log.info("%s", note)
             if outcome.ignored:
                 log.info("ignored: %s", outcome.ignored)
-            self._save()
+            self._decisions += 1
+            mine = self._decisions
+        self._commit(mine)
         if outcome.intents:
             self._work.set()
         return {
@@ -185,6 +230,19 @@ class Controller:
             "notes": outcome.notes,
             "intents": [f"{i.kind} {i.node}" for i in outcome.intents],
         }
+
+    def _commit(self, decision: int) -> None:
+        """Group commit: the state is written once for every decision made while the last write was under way (the
+        write runs outside the state lock, so decisions go on meanwhile): 150 agents reporting at once cost a few
+        writes, not 150, and each is still answered only once its decision is written."""
+        with self._commit_lock:
+            if self._committed >= decision:
+                return  # another request's write held this decision too
+            with self._lock:
+                if self.state is None or self.token is None:
+                    raise LeaseLost("not the leader")
+                snap = self._snapshot()
+            self._write(snap)
 
     def handle_report(self, report: AgentReport) -> dict[str, Any]:
         now = self.clock()
@@ -275,23 +333,81 @@ class Controller:
         self.run_pending()
 
     def run_pending(self) -> None:
-        while not self._stop.is_set():
-            with self._lock:
-                if self.state is None or self.token is None:
-                    return
-                now = self.clock()
-                ready, blocked = [], set()
-                for i in self.state.pending():
-                    # One node's intents run in order: its jobs are not requeued before its drain succeeded.
-                    if i.node not in blocked and i.not_before <= now:
-                        ready.append(i)
-                    blocked.add(i.node)
-                if not ready:
-                    return
-                intent, token = ready[0], self.token
-            self._execute(intent, token)
+        """Carry out the ready intents in waves, on different nodes (one node's intents in order: its jobs are not
+        requeued before its drain succeeded), within the limits of _within_limits, until none is ready or running.
 
-    def _execute(self, intent: Intent, token: int) -> None:
+        Writes are batched, with two rules kept: an intent is in the shared state before it is acted on (a
+        successor knows of every action begun), and a finished intent is audited before the state that records it
+        is written. A wave's results are written together (one audit append, one state write) before the next
+        wave starts, or FLUSH_S into a long one; an action that is not idempotent (a GPU reset, a reboot) is
+        written as soon as it ends, as before. A storm of 150 drains costs a few writes, not 300. A leader that
+        dies between a drain and its write leaves the intent pending: its successor runs it again, and the
+        executor finds the node drained and audits it once."""
+        running: dict[Future[tuple[str, str, str, str]], tuple[Intent, int]] = {}
+        try:
+            while not self._stop.is_set():
+                with self._lock:
+                    if self.state is None or self.token is None:
+                        return
+                    token, now = self.token, self.clock()
+                    ready, blocked = [], {intent.node for intent, _ in running.values()}
+                    for i in self.state.pending():
+                        if i.node not in blocked and i.not_before <= now:
+                            ready.append(i)
+                        blocked.add(i.node)
+                    ready = self._within_limits(ready, [intent for intent, _ in running.values()])
+                    self._save()  # the last wave's results, and the new intents (a no-op when nothing changed)
+                for intent in ready:
+                    running[self._start(intent, token)] = (intent, token)
+                if not running:
+                    return
+                deadline = time.monotonic() + FLUSH_S
+                while running and (left := deadline - time.monotonic()) > 0:
+                    done, _ = wait(running, timeout=left, return_when=FIRST_COMPLETED)
+                    outcomes = [(*running.pop(future), *future.result()) for future in done]
+                    self._record(outcomes)
+                    if any(intent.kind not in IDEMPOTENT for intent, *_ in outcomes):
+                        with self._lock:
+                            if self.token == token:
+                                self._save()
+        finally:
+            # Stopping: the actions under way get a grace to end and be recorded (a validation waiting for a node
+            # to boot may not end for minutes: its thread is left behind, and the intent stays pending).
+            if running:
+                done, _ = wait(running, timeout=STOP_GRACE_S)
+                with suppress(Exception):
+                    self._record([(*running[f], *f.result()) for f in done])
+
+    def _start(self, intent: Intent, token: int) -> Future[tuple[str, str, str, str]]:
+        """An action in a thread of its own (a daemon: a stopping controller does not wait for a node to boot)."""
+        future: Future[tuple[str, str, str, str]] = Future()
+
+        def work() -> None:
+            try:
+                future.set_result(self._act(intent, token))
+            except BaseException as exc:
+                future.set_exception(exc)
+
+        threading.Thread(target=work, name=f"action-{intent.kind}-{intent.node}", daemon=True).start()
+        return future
+
+    def _within_limits(self, ready: list[Intent], running: list[Intent]) -> list[Intent]:
+        """The scheduler's actions (a cordon is what a storm waits for) first, up to `parallel_actions`; repairs
+        on the nodes (resets, reboots, validations that may wait minutes for a boot) up to `parallel_repairs`, in
+        their own slots, so that they never hold up a drain."""
+        room = {
+            True: self.config.parallel_actions - sum(i.kind in IDEMPOTENT for i in running),
+            False: self.config.parallel_repairs - sum(i.kind not in IDEMPOTENT for i in running),
+        }
+        out = []
+        for intent in sorted(ready, key=lambda i: i.kind not in IDEMPOTENT):  # (stable: in order within each)
+            if room[intent.kind in IDEMPOTENT] > 0:
+                room[intent.kind in IDEMPOTENT] -= 1
+                out.append(intent)
+        return out
+
+    def _act(self, intent: Intent, token: int) -> tuple[str, str, str, str]:
+        """One action, behind the fencing check: (status, result, the node before, the node after)."""
         dry = self.config.safety.dry_run
         if intent.args.get("release") and not self._succeeded(intent.args.get("fence")):
             # Unfenced, the lost node may still run these jobs: leave them to Slurm's own hold (cred_expire).
@@ -309,38 +425,36 @@ class Controller:
             status, result = "failed", str(exc)
             log.warning("%s %s failed: %s", intent.kind, intent.node, exc)
         after = self.executor.before(intent) if not dry else before
-        with self._lock:
-            if self.state is None or self.token != token:
-                return
-            stored = next((i for i in self.state.intents if i.id == intent.id), None)
-            if stored is None:
-                return
-            stored.attempts += 1
-            retry = (
-                status == "failed"
-                and intent.kind in ("drain", "resume", "spare_in", "spare_out")
-                and stored.attempts < 5
-            )
-            if retry:
-                stored.not_before = self.clock() + min(30.0, 0.5 * 2**stored.attempts)
-                stored.result = f"attempt {stored.attempts} failed: {result}"
-            else:
-                stored.status, stored.result = status, result  # type: ignore[assignment]
-                if intent.id not in self.audit.intents():
-                    what = f"dry-run {intent.kind}" if dry else intent.kind
-                    self.lease.check(token)  # a deposed leader writes no audit entry either
-                    self.audit.append(
-                        at=self.clock(),
-                        who=self._who(token),
-                        what=what,
-                        node=intent.node,
-                        why=intent.why,
-                        before=before,
-                        after=f"{after}; {result}",
-                        intent=intent.id,
-                    )
-            self._save()
         log.info("%s %s: %s (%s)", intent.kind, intent.node, status, result)
+        return status, result, before, after
+
+    def _record(self, outcomes: list[tuple[Intent, int, str, str, str, str]]) -> None:
+        """Results into the state, in memory; each finished intent's audit entry kept for the next flush (once:
+        not again after a failover)."""
+        with self._lock:
+            for intent, token, status, result, before, after in outcomes:
+                if self.state is None or self.token != token:
+                    return
+                stored = next((i for i in self.state.intents if i.id == intent.id), None)
+                if stored is None:
+                    continue
+                stored.attempts += 1
+                retry = (
+                    status == "failed"
+                    and intent.kind in ("drain", "resume", "spare_in", "spare_out")
+                    and stored.attempts < 5
+                )
+                if retry:
+                    stored.not_before = self.clock() + min(30.0, 0.5 * 2**stored.attempts)
+                    stored.result = f"attempt {stored.attempts} failed: {result}"
+                    continue
+                stored.status, stored.result = status, result  # type: ignore[assignment]
+                audited = self.audit.intents_as_written()  # (read at the start of the term, as in _snapshot)
+                if intent.id not in audited and intent.id not in {e["intent"] for e in self._unaudited}:
+                    what = f"dry-run {intent.kind}" if self.config.safety.dry_run else intent.kind
+                    self._unaudited.append({"at": self.clock(), "who": self._who(token), "what": what,
+                                            "node": intent.node, "why": intent.why, "before": before,
+                                            "after": f"{after}; {result}", "intent": intent.id})  # fmt: skip
 
     def _succeeded(self, intent_id: str | None) -> bool:
         with self._lock:

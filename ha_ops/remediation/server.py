@@ -128,7 +128,12 @@ def make_handler(controller: Controller) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    # The listen backlog: socketserver's default of 5 resets connections when a rack's agents report at once
+    # (150 agents' reports within a millisecond did exactly that).
+    request_queue_size = 1024
+
+
 def serve(controller: Controller, address: str, port: int) -> ThreadingHTTPServer:
-    server = ThreadingHTTPServer((address, port), make_handler(controller))
-    server.daemon_threads = True
-    return server
+    return _Server((address, port), make_handler(controller))

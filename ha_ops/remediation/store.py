@@ -29,8 +29,12 @@ class StateStore:
 
     def save(self, state: ControllerState, token: int) -> None:
         """Write atomically, only while this controller holds the lease with `token` (else LeaseLost)."""
+        self.save_text(state.model_dump_json(), token)
+
+    def save_text(self, text: str, token: int) -> None:
+        """`save` of a state already serialized (a snapshot taken under the controller's lock)."""
         with self.lease.fenced(token):
-            self.documents.write(self.name, state.model_dump_json())
+            self.documents.write(self.name, text)
 
 
 def load_state(documents: Documents, name: str = "state.json") -> ControllerState:

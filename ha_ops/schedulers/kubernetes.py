@@ -45,6 +45,7 @@ from lightkube.types import PatchType
 
 from ha_ops.errors import HaOpsError
 from ha_ops.schedulers.base import REASON_PREFIX, SchedulerJob, SchedulerNode
+from ha_ops.schedulers.k8s_watch import PodCache, WatchCache
 
 log = logging.getLogger(__name__)
 
@@ -164,7 +165,7 @@ def without_taint(taints: list[dict[str, Any]], key: str) -> list[dict[str, Any]
     return [t for t in taints if t.get("key") != key]
 
 
-def set_gpu_condition(client: Client, node: str, status: Literal["True", "False", "Unknown"], message: str) -> None:
+def set_gpu_condition(client: Client, node: str, status: Literal["True", "False", "Unknown"], message: str) -> Node:
     """The node's `GpuHealthy` condition (node-problem-detector style), merged by type into its status: the
     controller sets it with a drain and a resume, the agent on the node as its verdict changes."""
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -172,7 +173,7 @@ def set_gpu_condition(client: Client, node: str, status: Literal["True", "False"
     condition = {"type": CONDITION, "status": status, "reason": reason, "message": message[:1024] or reason,
                  "lastHeartbeatTime": now, "lastTransitionTime": now}  # fmt: skip
     body = {"status": {"conditions": [condition]}}
-    client.patch(Node.Status, node, body, patch_type=PatchType.STRATEGIC)
+    return client.patch(Node.Status, node, body, patch_type=PatchType.STRATEGIC)
 
 
 # --- the adapter --------------------------------------------------------------------------------------------
@@ -184,6 +185,9 @@ class KubernetesOptions:
     default_drain_policy: DrainPolicy = "immediate"
     eviction_timeout_s: float = 30.0
     retries: int = 5
+    # Node states and pod counts from watches (k8s_watch) instead of a list per call: for a long-running reader
+    # that polls every node often (the remediation controller).
+    watch_nodes: bool = False
 
 
 class KubernetesScheduler:
@@ -193,6 +197,9 @@ class KubernetesScheduler:
         self.client = client
         self.options = options or KubernetesOptions()
         self.sleep = sleep
+        labels = {POOL_LABEL: self.options.pool} if self.options.pool else None
+        self._node_cache = WatchCache(client, Node, labels) if self.options.watch_nodes else None
+        self._pod_cache = PodCache(client) if self.options.watch_nodes else None
 
     # --- calls, retried ---------------------------------------------------------------------------------------
     def _call(self, what: str, fn: Callable[[], T]) -> T:
@@ -217,15 +224,26 @@ class KubernetesScheduler:
                 self.sleep(retry_after(None, attempt))
         raise AssertionError("unreachable")
 
-    def _node(self, name: str) -> dict[str, Any]:
-        try:
-            node = self._call(f"get node {name}", lambda: self.client.get(Node, name)).to_dict()
-        except ApiError:
-            raise UnknownNode(f"no node {name!r} in Kubernetes") from None
+    def _node(self, name: str, fresh: bool = True) -> dict[str, Any]:
+        """The Node; with `fresh` False, as the node watch last saw it when it has (a write made on it carries its
+        resourceVersion, so a stale copy costs a 409 and a read, never a lost update)."""
+        cached = self._node_cache.get(f"/{name}") if self._node_cache is not None and not fresh else None
+        if cached is not None:
+            node = cached
+        else:
+            try:
+                node = self._call(f"get node {name}", lambda: self.client.get(Node, name)).to_dict()
+            except ApiError:
+                raise UnknownNode(f"no node {name!r} in Kubernetes") from None
         pool = (node["metadata"].get("labels") or {}).get(POOL_LABEL)
         if self.options.pool is not None and pool != self.options.pool:
             raise UnknownNode(f"node {name!r} is in pool {pool!r}, not {self.options.pool!r}")
         return node
+
+    def _written(self, node: Any) -> None:
+        """A write's answer (the node as it now is) into the watch's copy, ahead of the watch event."""
+        if self._node_cache is not None and node is not None and getattr(node, "metadata", None) is not None:
+            self._node_cache.put(f"/{node.metadata.name}", node.to_dict())
 
     def _pods_on(self, node: str | None = None) -> list[SchedulerJob]:
         fields = {"spec.nodeName": node} if node else None
@@ -236,34 +254,45 @@ class KubernetesScheduler:
     def _write_node(self, name: str, change: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
         """Read the node, compute the patch, write it with the resourceVersion read (409 on a race: read again)."""
 
+        tries = [0]
+
         def attempt() -> None:
-            node = self._node(name)
+            node = self._node(name, fresh=tries[0] > 0)  # the watch's copy first; read after a conflict
+            tries[0] += 1
             patch = change(node)
             patch.setdefault("metadata", {})["resourceVersion"] = node["metadata"]["resourceVersion"]
-            self.client.patch(Node, name, patch, patch_type=PatchType.MERGE)
+            self._written(self.client.patch(Node, name, patch, patch_type=PatchType.MERGE))
 
         self._call(f"patch node {name}", attempt)
 
     def _condition(self, name: str, healthy: bool, reason: str) -> None:
-        self._call(f"set condition {CONDITION} on {name}",
-                   lambda: set_gpu_condition(self.client, name, "True" if healthy else "False", reason))  # fmt: skip
+        status: Literal["True", "False"] = "True" if healthy else "False"
+        self._written(self._call(f"set condition {CONDITION} on {name}",
+                                 lambda: set_gpu_condition(self.client, name, status, reason)))  # fmt: skip
 
     # --- the Scheduler protocol -------------------------------------------------------------------------------
     def node(self, name: str) -> SchedulerNode:
-        facts = NodeFacts.of(self._node(name))
-        return SchedulerNode(name, facts.scontrol_state(len(self._pods_on(name))), facts.reason)
+        facts = NodeFacts.of(self._node(name, fresh=False))
+        if self._pod_cache is not None:  # (only the description's ALLOCATED or IDLE depends on the count)
+            pods = sum(1 for p in self._pod_cache.on_node(name) if pod_job(p) is not None)
+        else:
+            pods = len(self._pods_on(name))
+        return SchedulerNode(name, facts.scontrol_state(pods), facts.reason)
 
     def node_states_and_reasons(self) -> dict[str, tuple[str, str]]:
-        labels = {POOL_LABEL: self.options.pool} if self.options.pool else None
-        nodes = self._call("list nodes", lambda: list(self.client.list(Node, labels=labels)))
+        if self._node_cache is not None:
+            nodes = self._node_cache.objects()
+        else:
+            labels = {POOL_LABEL: self.options.pool} if self.options.pool else None
+            nodes = [n.to_dict() for n in self._call("list nodes", lambda: list(self.client.list(Node, labels=labels)))]
         busy: dict[str, int] = {}
-        for job in self._pods_on():
+        for job in self.jobs():
             busy[job.nodes[0]] = busy.get(job.nodes[0], 0) + 1
         found = {}
         for node in nodes:
-            name = node.metadata.name  # type: ignore[union-attr]
-            facts = NodeFacts.of(node.to_dict())
-            found[str(name)] = (facts.sinfo_state(busy.get(str(name), 0)), facts.reason)
+            name = str(node["metadata"]["name"])
+            facts = NodeFacts.of(node)
+            found[name] = (facts.sinfo_state(busy.get(name, 0)), facts.reason)
         return found
 
     def drain(self, name: str, reason: str) -> None:
@@ -301,6 +330,8 @@ class KubernetesScheduler:
         self._condition(name, True, "")
 
     def jobs(self) -> list[SchedulerJob]:
+        if self._pod_cache is not None:  # (what is evicted is listed afresh: jobs_on)
+            return [j for p in self._pod_cache.objects() if (j := pod_job(p)) is not None and j.nodes]
         return self._pods_on()
 
     def jobs_on(self, node: str) -> list[SchedulerJob]:

@@ -5,8 +5,10 @@ deposed leader acts on nothing; dry run changes nothing; metrics."""
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +35,7 @@ from ha_ops.remediation.model import Intent, NodePhase
 from ha_ops.remediation.store import read_state
 from ha_ops.schedulers.slurm import SlurmJob
 from ha_ops.util.proc import CommandResult
+from ha_ops.util.wait import wait_for
 
 EPISODE = [
     ("drain", "n1"), ("spare_in", "s1"), ("requeue_jobs", "n1"), ("reset_gpu", "n1"), ("validate", "n1"),
@@ -91,18 +94,26 @@ class StubExecutor:
 
 
 def make_config(
-    state_dir: Path, me: str = "ctl1", spares: tuple[str, ...] = ("s1",), **limits: Any
+    state_dir: Path,
+    me: str = "ctl1",
+    spares: tuple[str, ...] = ("s1",),
+    nodes: tuple[str, ...] = ("n1", "n2", "n3", "n4"),
+    parallel_actions: int = 1,
+    **limits: Any,
 ) -> ControllerConfig:
     values: dict[str, Any] = {"breaker_max_nodes": 5, "breaker_max_fraction": 1.0, "min_healthy_fraction": 0.0}
     values.update(limits)
     return ControllerConfig(
         id=me,
         state_dir=state_dir,
-        pools={"p": PoolConfig(nodes=["n1", "n2", "n3", "n4"], spares=list(spares))},
+        pools={"p": PoolConfig(nodes=list(nodes), spares=list(spares))},
         safety=Safety(**values),
         ladder=Ladder(validate_timeout_s=5, probation_s=10, drain_timeout_s=30),
         lease_ttl_s=3.0,
         lease_margin_s=0.5,
+        # One action at a time: the tests below name the order of actions across nodes too.
+        parallel_actions=parallel_actions,
+        parallel_repairs=parallel_actions,
     )
 
 
@@ -182,6 +193,37 @@ def test_report_persists_intents_before_anything_runs(rig: Rig) -> None:
     assert state.nodes["n1"].phase == NodePhase.CORDONED
 
 
+def test_a_storm_of_reports_costs_a_few_state_writes_and_audit_appends(tmp_path: Path) -> None:
+    """40 nodes fail at once (each write taking 20 ms, as an API write does): each report is answered once the
+    state holding it is written, yet the reports share writes (group commit), the drains run side by side, and
+    their results are written together."""
+    nodes = [f"n{i}" for i in range(1, 41)]
+    rig = Rig(tmp_path, breaker_max_nodes=50, max_cordons_per_minute=100, nodes=tuple(nodes), parallel_actions=16)
+    rig.c.lease_step()
+    writes: Counter[str] = Counter()
+    append, write = rig.c.documents.append, rig.c.documents.write
+
+    def slow(real: Any) -> Any:
+        def call(name: str, text: str) -> None:
+            writes.update([name])
+            time.sleep(0.02)
+            real(name, text)
+
+        return call
+
+    rig.c.documents.append, rig.c.documents.write = slow(append), slow(write)  # type: ignore[method-assign]
+    with ThreadPoolExecutor(len(nodes)) as pool:
+        answers = list(pool.map(lambda node: rig.c.handle_report(report(node)), nodes))
+    assert all(a["accepted"] for a in answers)
+    assert sorted(i.node for i in rig.state().pending() if i.kind == "drain") == sorted(nodes)  # all written
+    assert writes["state.json"] <= 10, writes  # 2 here; one per report before
+    writes.clear()
+    rig.c.run_pending()
+    assert sorted(n for kind, n in rig.executor.calls if kind == "drain") == sorted(nodes)
+    assert writes["audit.jsonl"] <= 10 and writes["state.json"] <= 10, writes  # 6 and 6 here; 81 and 81 before
+    assert [e["what"] for e in rig.audit()].count("drain") == 40
+
+
 def test_an_episode_runs_in_order_once_and_is_audited_once_each(rig: Rig) -> None:
     rig.c.handle_report(report())
     rig.step(ticks=6)
@@ -199,6 +241,32 @@ def test_an_episode_runs_in_order_once_and_is_audited_once_each(rig: Rig) -> Non
     rig.step(seconds=5, ticks=3)  # probation over
     assert rig.state().nodes["n1"].phase == NodePhase.HEALTHY
     assert rig.executor.calls == EPISODE and len(rig.audit()) == len(EPISODE)
+
+
+def test_a_validation_waiting_for_a_boot_never_holds_up_a_drain(tmp_path: Path) -> None:
+    """Repairs have slots of their own: while n1's validation waits (a node booting), n2's drain runs."""
+    rig = Rig(tmp_path, spares=())
+    rig.c.lease_step()
+    validating, booting, run = threading.Event(), threading.Event(), rig.executor.run
+
+    def slow(intent: Intent) -> str:
+        if intent.kind == "validate":
+            validating.set()
+            booting.wait(10)
+        return run(intent)
+
+    rig.executor.run = slow  # type: ignore[method-assign]
+    rig.c.handle_report(report("n1"))
+    stepping = threading.Thread(target=rig.step, kwargs={"ticks": 3})
+    stepping.start()
+    assert validating.wait(5), "n1's validation under way"
+    rig.c.handle_report(report("n2"))
+    rig.c._work.set()
+    wait_for("n2 drained meanwhile", lambda: ("drain", "n2") in rig.executor.calls, timeout=5, interval=0.01)
+    assert not booting.is_set() and ("validate", "n1") not in rig.executor.calls  # still waiting
+    booting.set()
+    stepping.join(10)
+    assert ("validate", "n1") in rig.executor.calls
 
 
 def test_reset_gpu_gets_the_reported_gpus(rig: Rig) -> None:

@@ -1,0 +1,205 @@
+"""Benchmark: fault to cordon on Kubernetes at scale, beside NVSentinel's published figures.
+
+The lab's Kubernetes with 1,500 KWOK GPU nodes (examples/lab.yaml's 4 and 1,496 more) and the remediation controller
+as a process (`ha-ops controller run`, the Kubernetes scheduler, its Lease and state in the API, the layer's
+defaults otherwise). A load generator posts what 150 (then 375) agents would send on finding an XID 79: one report
+each, all at once, or each after a random 0-30 s delay (NVSentinel's stagger). A watch on the Nodes records when
+each node reads unschedulable in the API.
+
+Fault-to-cordon here is from the moment the agent's report leaves it to the cordon being visible in the API. The
+agent's own detection is measured apart (tests/bench/agent_drain.py: within one 1 s sweep).
+
+The safety limits are set to allow the storm (a real storm of this size trips the breaker by default, on purpose):
+    safety: {breaker_max_nodes: 400, breaker_max_fraction: 0.3, max_cordons_per_minute: 1000}
+
+NVSentinel v0.4.0, 150 of 1,500 nodes with the 0-30 s stagger: P50 16.75 s, P90 28.15 s, about 1-2.5 nodes/s;
+375 nodes: P50 91 s (shared/REFERENCE-NUMBERS.md).
+
+Run (root): .venv/bin/python tests/bench/k8s_cordon.py [--nodes 1500] [--failing 150 375]
+The last line is `k8s cordon 150/1500: p50 X s p90 Y s p99 Z s, N nodes/s` (no stagger).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from lightkube import Client
+from lightkube.resources.coordination_v1 import Lease
+from lightkube.resources.core_v1 import ConfigMap, Node
+
+from ha_ops.lab import kubernetes
+from ha_ops.lab.cluster import Lab
+from ha_ops.lab.paths import LabPaths
+from ha_ops.schedulers.kubernetes import KubernetesOptions, KubernetesScheduler
+from ha_ops.spec.model import Kubernetes
+from ha_ops.util.wait import wait_for
+from tests.bench.controller import percentile, report
+from tests.labkit import down_or_exit, lab_spec
+
+NAME = "benchcordon"
+NAMESPACE = "default"
+SAFETY = {"breaker_max_nodes": 400, "breaker_max_fraction": 0.3, "max_cordons_per_minute": 1000}
+STAGGER_S = 30.0
+PARALLEL = 16  # drains at once: the default
+
+
+def controller_config(lab: Lab, nodes: list[str], run: str, port: int) -> dict:
+    """The layer's controller config (k8s_manifests.controller_config) for a process: its own Lease and state
+    names per run, so each run starts from nothing."""
+    return {
+        "id": f"bench-{run}", "listen_address": "127.0.0.1", "port": port,
+        "scheduler": "kubernetes", "partition": "gpu",
+        "kubernetes": {"kubeconfig": str(kubernetes.kubeconfig_path(lab.ctx)),
+                       "lease": {"namespace": NAMESPACE, "name": f"bench-{run}"},
+                       "state": {"namespace": NAMESPACE, "prefix": f"bench-{run}"}},
+        "pools": {"gpu": {"nodes": nodes}},
+        "safety": SAFETY,
+        "parallel_actions": PARALLEL,
+    }  # fmt: skip
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def post(url: str, body: bytes) -> None:
+    request = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        answer.read()
+
+
+def watch_cordons(api: Client, seen: dict[str, float], stop: threading.Event) -> None:
+    """When each node first reads unschedulable, as a client watching the API sees it (a watch of cordoned nodes
+    only: a watch of all 1,500 would measure this process parsing them)."""
+    while not stop.is_set():
+        try:
+            for _, node in api.watch(Node, fields={"spec.unschedulable": "true"}):
+                if node.metadata and node.metadata.name not in seen:
+                    seen[str(node.metadata.name)] = time.time()
+                if stop.is_set():
+                    return
+        except Exception:  # a watch that timed out or broke: start another
+            time.sleep(0.1)
+
+
+def one_run(lab: Lab, api: Client, nodes: list[str], failing: int, stagger: bool, tmp: Path) -> dict[str, float]:
+    run = f"{failing}-{'s' if stagger else 'n'}-{int(time.time())}"
+    config = tmp / f"{run}.yaml"
+    port = free_port()
+    config.write_text(yaml.safe_dump(controller_config(lab, nodes, run, port)))
+    log = (tmp / f"{run}.log").open("w")
+    proc = subprocess.Popen([sys.executable, "-m", "ha_ops", "controller", "run", "--config", str(config)],
+                            stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_for("the controller leading", lambda: _leading(url), timeout=60, interval=0.2)
+        victims = random.Random(failing).sample(nodes, failing)
+        delays = {n: random.uniform(0, STAGGER_S) if stagger else 0.0 for n in victims}
+        seen: dict[str, float] = {}
+        stop = threading.Event()
+        watcher = threading.Thread(target=watch_cordons, args=(api, seen, stop), daemon=True)
+        watcher.start()
+        time.sleep(1.0)  # the watch established
+        sent: dict[str, float] = {}
+        start = time.time()
+
+        def agent(node: str) -> None:
+            time.sleep(max(0.0, start + delays[node] - time.time()))
+            body = report(node, 1, True).model_copy(update={"agent_id": f"agent-{node}", "sent_at": time.time()})
+            sent[node] = time.time()
+            post(f"{url}/v1/reports", body.model_dump_json().encode())
+
+        with ThreadPoolExecutor(max_workers=failing) as pool:
+            list(pool.map(agent, victims))
+        wait_for(f"{failing} nodes cordoned", lambda: set(victims) <= set(seen), timeout=300, interval=0.2)
+        stop.set()
+        latencies = [seen[n] - sent[n] for n in victims]
+        first, last = min(sent.values()), max(seen[n] for n in victims)
+        return {
+            "p50": percentile(latencies, 0.5), "p90": percentile(latencies, 0.9), "p99": percentile(latencies, 0.99),
+            "mean": statistics.fmean(latencies), "rate": failing / (last - first) if not stagger else 0.0,
+            "span": last - first,
+        }  # fmt: skip
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+            print("  (the controller did not stop within 30 s of SIGTERM: killed)")
+        log.close()
+        scheduler = KubernetesScheduler(api, KubernetesOptions(pool="gpu"))
+        with ThreadPoolExecutor(max_workers=16) as pool:
+            list(pool.map(scheduler.resume, [n for n in nodes if scheduler.node(n).drained]))
+        for kind in (ConfigMap,):
+            for cm in api.list(kind, namespace=NAMESPACE, labels={"ha-ops.io/state": f"bench-{run}"}):
+                api.delete(kind, str(cm.metadata.name), namespace=NAMESPACE)  # type: ignore[union-attr]
+        api.delete(Lease, f"bench-{run}", namespace=NAMESPACE)
+
+
+def _leading(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/v1/state", timeout=2) as answer:
+            return json.loads(answer.read()).get("state") is not None
+    except OSError:
+        return False
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--nodes", type=int, default=1500)
+    parser.add_argument("--failing", type=int, nargs="+", default=[150, 375])
+    parser.add_argument("--keep", action="store_true", help="leave the lab up (and reuse one that is)")
+    args = parser.parse_args()
+    spec = lab_spec(NAME)
+    gpu_nodes = sum(p.count for p in spec.pools)
+    spec = spec.model_copy(update={"kubernetes": Kubernetes(extra_kwok_nodes=args.nodes - gpu_nodes)})
+    lab = Lab(spec, LabPaths.for_lab(NAME))
+    tmp = Path(f"/tmp/{NAME}")
+    tmp.mkdir(exist_ok=True)
+    results: dict[tuple[int, bool], dict[str, float]] = {}
+    try:
+        started = time.monotonic()
+        lab.up(timeout=900)
+        print(f"lab up with {args.nodes} KWOK GPU nodes in {time.monotonic() - started:.0f} s", flush=True)
+        with kubernetes.client(lab.ctx, timeout=60) as api:
+            nodes = sorted(kubernetes.ready_nodes(api))
+            for failing in args.failing:
+                for stagger in (True, False):
+                    r = one_run(lab, api, nodes, failing, stagger, tmp)
+                    results[(failing, stagger)] = r
+                    what = "0-30 s stagger" if stagger else "all at once"
+                    rate = f", {r['rate']:.0f} nodes/s" if not stagger else ""
+                    print(f"  {failing}/{len(nodes)} {what}: p50 {r['p50']:.2f} s p90 {r['p90']:.2f} s "
+                          f"p99 {r['p99']:.2f} s{rate} (last cordon {r['span']:.1f} s after the first report)",
+                          flush=True)  # fmt: skip
+    finally:
+        if not args.keep:
+            down_or_exit(lab)
+    print("NVSentinel v0.4.0 (150/1,500, 0-30 s stagger): P50 16.75 s, P90 28.15 s, 1-2.5 nodes/s; 375 nodes: P50 91 s")
+    main_run = results.get((150, False))
+    if main_run:
+        print(f"k8s cordon 150/{args.nodes}: p50 {main_run['p50']:.2f} s p90 {main_run['p90']:.2f} s "
+              f"p99 {main_run['p99']:.2f} s, {main_run['rate']:.0f} nodes/s")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
