@@ -4,6 +4,7 @@ environment variable, read when needed and never logged, printed or put on a com
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from pathlib import Path
@@ -15,6 +16,8 @@ from ha_ops.cluster.ops import PowerAction
 from ha_ops.errors import HaOpsError, SpecError, TransportError
 from ha_ops.util.models import ConfigModel
 from ha_ops.util.proc import run
+
+log = logging.getLogger(__name__)
 
 PowerState = Literal["on", "off", "unknown"]
 
@@ -104,20 +107,24 @@ class RedfishPower:
         self.bmc = bmc
         self._system = None
         self._connector = None
+        self._auth = None
 
     def close(self) -> None:
-        if self._connector is not None:
-            self._connector.close()
-        self._system = self._connector = None
+        """Log out of the BMC's session and close the connection. BMCs have few session slots, and a session left
+        to sushy's finaliser is deleted from whichever thread the garbage collector happens to run in."""
+        _logout(self._auth, self._connector)
+        self._system = self._connector = self._auth = None
 
     def _connect(self):  # -> sushy.resources.system.system.System
         if self._system is not None:
             return self._system
         import sushy
         from sushy import exceptions
+        from sushy.auth import SessionOrBasicAuth
         from sushy.connector import Connector
 
-        # Our own connector, so that its HTTP session is closed when the BMC refuses us (sushy keeps it open).
+        # Our own connector and authentication, so that the session is logged out and the connection closed when
+        # we are done or the BMC refuses us (sushy keeps both open until its objects are collected).
         connector = Connector(
             self.bmc.address,
             verify=str(self.bmc.verify) if isinstance(self.bmc.verify, Path) else self.bmc.verify,
@@ -126,10 +133,9 @@ class RedfishPower:
             default_request_timeout=int(self.bmc.timeout_s),
             connect_timeout=int(self.bmc.timeout_s),
         )
+        auth = SessionOrBasicAuth(username=self.bmc.user, password=password(self.bmc, self.host))
         try:
-            root = sushy.Sushy(
-                self.bmc.address, username=self.bmc.user, password=password(self.bmc, self.host), connector=connector
-            )
+            root = sushy.Sushy(self.bmc.address, auth=auth, connector=connector)
             if self.bmc.system:
                 system = root.get_system(self.bmc.system)
             else:
@@ -139,12 +145,12 @@ class RedfishPower:
                         f"system: the BMC at {self.bmc.address} has {len(members)} systems; name one"])  # fmt: skip
                 system = members[0]
         except exceptions.SushyError as exc:
-            connector.close()
+            _logout(auth, connector)
             raise TransportError(f"{self.host}: Redfish at {self.bmc.address}: {_first_line(exc)}") from None
         except BaseException:
-            connector.close()
+            _logout(auth, connector)
             raise
-        self._system, self._connector = system, connector
+        self._system, self._connector, self._auth = system, connector, auth
         return system
 
     def state(self) -> PowerState:
@@ -183,6 +189,19 @@ class RedfishPower:
         system = self.bmc.system or "<its one system>"
         resets = "|".join(self.RESETS[action])
         return f"Redfish {self.bmc.address}: POST {system}/Actions/ComputerSystem.Reset ResetType={resets}"
+
+
+def _logout(auth, connector) -> None:  # (sushy.auth.AuthBase | None, sushy.connector.Connector | None)
+    from sushy import exceptions
+
+    if auth is not None:
+        try:
+            auth.close()  # DELETE of the session, when one was made
+        except exceptions.SushyError as exc:
+            log.warning("Redfish: the BMC's session was not logged out: %s", _first_line(exc))
+            auth.reset_session_attrs()  # so that sushy's finaliser does not try again
+    if connector is not None:
+        connector.close()
 
 
 class IpmiPower:

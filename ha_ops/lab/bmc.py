@@ -74,9 +74,17 @@ def make_handler(machines: Machines, user: str, password: str) -> type[BaseHTTPR
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        open_sessions = sessions  # for the BMC's owner to see who is still logged in
 
         def log_message(self, fmt: str, *args: Any) -> None:
             log.debug("bmc: " + fmt, *args)
+
+        def end_headers(self) -> None:
+            # A client that asks for the connection to close (sushy does) is told it will be, so that its pool does
+            # not send the next request down a socket this side is closing (RemoteDisconnected on a POST).
+            if self.close_connection:
+                self.send_header("Connection", "close")
+            super().end_headers()
 
         def _send(self, status: int, body: dict[str, Any] | None = None) -> None:
             data = json.dumps(body).encode() if body is not None else b""
@@ -199,14 +207,25 @@ def make_handler(machines: Machines, user: str, password: str) -> type[BaseHTTPR
     return Handler
 
 
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        log.warning("bmc: a request from %s failed", client_address, exc_info=True)  # not a bare print to stderr
+
+
 class Bmc:
     """The Redfish service on `address:port` (port 0: any free one), served from its own threads."""
 
     def __init__(self, machines: Machines, user: str, password: str, address: str = "127.0.0.1", port: int = 0) -> None:
-        self.server = ThreadingHTTPServer((address, port), make_handler(machines, user, password))
-        self.server.daemon_threads = True
+        self.server = _Server((address, port), make_handler(machines, user, password))
         self._thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.2},
                                         name="lab-bmc", daemon=True)  # fmt: skip
+
+    @property
+    def open_sessions(self) -> int:
+        """Sessions logged in and not yet logged out: a client that leaks them fills a real BMC's few slots."""
+        return len(self.server.RequestHandlerClass.open_sessions)  # type: ignore[attr-defined]
 
     @property
     def url(self) -> str:

@@ -79,6 +79,7 @@ def test_power_off_and_on_through_redfish(emulator: str, monkeypatch: pytest.Mon
         assert time.monotonic() < deadline, "the node did not come back on within 30 s"
         time.sleep(0.5)
     assert "ComputerSystem.Reset" in power.describe("off") and PASSWORD not in power.describe("off")
+    power.close()
 
 
 def test_wrong_password_and_missing_credential(emulator: str, monkeypatch: pytest.MonkeyPatch) -> None:

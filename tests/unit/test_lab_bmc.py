@@ -43,6 +43,9 @@ def test_power_off_and_cycle_through_redfish(bmc, monkeypatch: pytest.MonkeyPatc
     backend.act("cycle")  # on: power-cycled
     assert resets == [("gpu1", "ForceOff"), ("gpu1", "On"), ("gpu1", "PowerCycle")]
     assert machines.on["gpu1"] is True
+    assert server.open_sessions == 1
+    backend.close()
+    assert server.open_sessions == 0  # logged out: a real BMC has only a few session slots
 
 
 def test_credentials_and_systems_are_checked(bmc, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
@@ -56,6 +59,7 @@ def test_credentials_and_systems_are_checked(bmc, monkeypatch: pytest.MonkeyPatc
     with pytest.raises(SpecError, match="has 2 systems; name one"):
         power(server.url, None).state()
     assert resets == []
+    assert server.open_sessions == 0  # each refused client logged out of the session it had opened
 
 
 def test_the_raw_protocol(bmc) -> None:  # type: ignore[no-untyped-def]
@@ -78,7 +82,9 @@ def test_the_raw_protocol(bmc) -> None:  # type: ignore[no-untyped-def]
 def test_clients_log_in_with_a_session_as_on_a_real_bmc(bmc, monkeypatch, caplog) -> None:  # type: ignore[no-untyped-def]
     server, _, _ = bmc
     monkeypatch.setenv("HAO_LAB_BMC", "lab-secret")
-    assert power(server.url).state() == "on"
+    backend = power(server.url)
+    assert backend.state() == "on"
+    backend.close()
     assert "Falling back" not in caplog.text and "failed" not in caplog.text  # sushy's session login, no fallback
     login = json.dumps({"UserName": "admin", "Password": "lab-secret"}).encode()
     request = urllib.request.Request(server.url + "/redfish/v1/SessionService/Sessions", data=login, method="POST")
