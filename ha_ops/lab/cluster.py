@@ -547,9 +547,9 @@ def teardown(name: str, paths: LabPaths, progress: Progress = _no_progress) -> l
     progress("stopping services")
     if state is not None:
         # Kubelets first, so none restarts a container while containerd removes them all (with their cgroups).
-        kubelet_pids = [s.pid for s in state.services.values() if s.service == "kubelet" and s.pid
-                        and process.matches(s.pid, s.argv, state.nodes[s.node].netns)]  # fmt: skip
-        process.terminate_all(kubelet_pids)
+        kubelets_running = [s for s in state.services.values() if s.service == "kubelet" and s.node in state.nodes]
+        process.terminate_all([s.pid for s in kubelets_running
+                               if s.pid and process.matches(s.pid, s.argv, state.nodes[s.node].netns)])  # fmt: skip
         removed += kubelets.stop_containers(paths.root)
         live = []
         for svc in state.services.values():

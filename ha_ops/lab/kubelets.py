@@ -26,10 +26,8 @@ from pathlib import Path
 
 import yaml
 from lightkube import Client
-from lightkube.resources.core_v1 import Node
 
-from ha_ops.errors import LabError
-from ha_ops.lab import kubernetes, mgmt
+from ha_ops.lab import kubernetes, mgmt, netns
 from ha_ops.lab.context import LabContext, ServiceDef
 from ha_ops.lab.pki import LabCA
 from ha_ops.lab.state import LabState
@@ -76,7 +74,7 @@ def pod_subnet(ctx: LabContext, node: str) -> ipaddress.IPv4Network:
 def labels(ctx: LabContext, node: str) -> dict[str, str]:
     """Its failure domain, as on the GPU nodes, and its roles (`ha-ops.io/controller=true`): kubelet may not set
     node-role.kubernetes.io labels on itself."""
-    layout = next(n for n in ctx.layout.nodes if n.name == node)
+    layout = ctx.layout.node(node)
     domain = ctx.spec.domain(layout.domain)
     out = {kubernetes.ZONE_LABEL: domain.zone, kubernetes.RACK_LABEL: domain.rack,
            kubernetes.DOMAIN_LABEL: domain.name, LAB_LABEL: "true"}  # fmt: skip
@@ -180,21 +178,16 @@ def network(ctx: LabContext, state: LabState) -> None:
     """On each kubelet node: the Service address on loopback, forwarding for its pods, and the private folders."""
     for node in names(ctx):
         ns = ctx.netns(node)
-        address = f"{service_ip(ctx)}/32"
-        if address not in run(["ip", "-n", ns, "-4", "addr", "show", "dev", "lo"], check=True).stdout:
-            run(["ip", "-n", ns, "addr", "add", address, "dev", "lo"], check=True)
-        run(["nsenter", f"--net=/run/netns/{ns}", "sysctl", "-q", "-w", "net.ipv4.ip_forward=1"], check=True)
+        netns.ip("addr", "replace", f"{service_ip(ctx)}/32", "dev", "lo", netns=ns)
+        netns.sysctl(ns, "net.ipv4.ip_forward", "1")
         holder = state.nodes[node].holder_pid
         assert holder is not None
         transport = LabTransport(node, holder)
         # A routed pod network: each node's pod /24 through its management address, from this machine (the
         # operator's, as with a BGP-announced pod network) and from the other kubelet nodes.
         via = str(mgmt.address(ctx, node))
-        run(["ip", "route", "replace", str(pod_subnet(ctx, node)), "via", via], check=True)
-        for other in names(ctx):
-            if other != node:
-                run(["ip", "-n", ctx.netns(other), "route", "replace", str(pod_subnet(ctx, node)), "via", via],
-                    check=True)  # fmt: skip
+        for other in [None, *(ctx.netns(o) for o in names(ctx) if o != node)]:
+            netns.ip("route", "replace", str(pod_subnet(ctx, node)), "via", via, netns=other)
         for path in PRIVATE_DIRS:
             Path(path).mkdir(parents=True, exist_ok=True)  # the mount point: an empty folder on this machine
             private = folder(ctx, node) / path.strip("/").replace("/", "-")
@@ -222,7 +215,7 @@ def kubelet_services(ctx: LabContext) -> list[ServiceDef]:
     out = []
     for node in names(ctx):
         base = folder(ctx, node)
-        address = next(n.address for n in ctx.layout.nodes if n.name == node)
+        address = ctx.layout.node(node).address
         node_labels = ",".join(f"{k}={v}" for k, v in labels(ctx, node).items())
         argv = [str(tool("kubelet")), f"--config={base / 'kubelet.yaml'}",
                 f"--kubeconfig={base / 'kubelet.kubeconfig'}", f"--root-dir={base / 'kubelet'}",
@@ -232,9 +225,12 @@ def kubelet_services(ctx: LabContext) -> list[ServiceDef]:
     return out
 
 
+def _ctr(socket: Path, *args: str) -> list[str]:
+    return ["ctr", "--address", str(socket), "--namespace", K8S_NAMESPACE, *args]
+
+
 def ctr(ctx: LabContext, node: str, *args: str, timeout: float = 120) -> str:
-    argv = ["ctr", "--address", str(runtime_socket(ctx, node)), "--namespace", K8S_NAMESPACE, *args]
-    return run(argv, check=True, timeout=timeout).stdout
+    return run(_ctr(runtime_socket(ctx, node), *args), check=True, timeout=timeout).stdout
 
 
 def has_image(ctx: LabContext, node: str, reference: str) -> bool:
@@ -251,16 +247,13 @@ def import_image(ctx: LabContext, tarball: Path, nodes: list[str] | None = None)
     manifest = json.loads(run(["tar", "-xOf", str(tarball), "index.json"], check=True).stdout)["manifests"][0]
     name = manifest["annotations"]["org.opencontainers.image.ref.name"].rpartition(":")[0]
 
-    def load(node: str) -> str:
+    def load(node: str) -> None:
         # --digests with the image's name: also `name@sha256:...`, the reference the CRI looks up for a digest.
         ctr(ctx, node, "images", "import", "--digests", "--base-name", name, str(tarball))
-        return str(manifest["digest"])
 
     with ThreadPoolExecutor(max_workers=max(1, len(targets))) as pool:
-        digests = set(pool.map(load, targets))
-    if len(digests) != 1:
-        raise LabError(f"{tarball}: the nodes hold different digests: {sorted(digests)}")
-    return digests.pop()
+        list(pool.map(load, targets))
+    return str(manifest["digest"])
 
 
 def ensure_pause_image(ctx: LabContext) -> None:
@@ -271,12 +264,7 @@ def ensure_pause_image(ctx: LabContext) -> None:
 
 def problems(api: Client, ctx: LabContext) -> list[str]:
     """Kubelet nodes that are not registered and Ready."""
-    ready = set()
-    for node in api.list(Node, labels={LAB_LABEL: "true"}):
-        conditions = node.status.conditions if node.status and node.status.conditions else []
-        if node.metadata and any(c.type == "Ready" and c.status == "True" for c in conditions):
-            ready.add(str(node.metadata.name))
-    missing = sorted(set(names(ctx)) - ready)
+    missing = sorted(set(names(ctx)) - kubernetes.ready_nodes(api, {LAB_LABEL: "true"}))
     return [f"kubelet node(s) not Ready: {', '.join(missing)}"] if missing else []
 
 
@@ -285,11 +273,10 @@ def stop_containers(root: Path) -> list[str]:
     killed and deleted through its containerd, so runc removes their cgroups (a killed shim leaves them behind)."""
     removed = []
     for socket in sorted(root.glob("nodes/*/k8s/containerd.sock")):
-        base = ["ctr", "--address", str(socket), "--namespace", K8S_NAMESPACE]
-        tasks = run([*base, "tasks", "list", "--quiet"], check=False, timeout=10)
+        tasks = run(_ctr(socket, "tasks", "list", "--quiet"), check=False, timeout=10)
         for task in tasks.stdout.split() if tasks.ok else []:
-            run([*base, "tasks", "kill", "--signal", "SIGKILL", task], check=False, timeout=10)
-            run([*base, "tasks", "delete", "--force", task], check=False, timeout=10)
+            run(_ctr(socket, "tasks", "kill", "--signal", "SIGKILL", task), check=False, timeout=10)
+            run(_ctr(socket, "tasks", "delete", "--force", task), check=False, timeout=10)
             removed.append(f"container {task[:12]} ({socket.parent.parent.name})")
     for parent in Path("/sys/fs/cgroup").glob(f"*/{K8S_NAMESPACE}"):
         with contextlib.suppress(OSError):  # still in use (another lab's containers): left as it is

@@ -240,9 +240,10 @@ def register_nodes(ctx: LabContext, api: Client) -> int:
     return created
 
 
-def ready_nodes(api: Client) -> set[str]:
+def ready_nodes(api: Client, labels: dict[str, str] | None = None) -> set[str]:
+    """The Ready nodes among those with `labels` (default: KWOK's)."""
     ready = set()
-    for node in api.list(Node, labels={"type": "kwok"}):
+    for node in api.list(Node, labels=labels or {"type": "kwok"}):
         conditions = node.status.conditions if node.status and node.status.conditions else []
         if node.metadata and any(c.type == "Ready" and c.status == "True" for c in conditions):
             ready.add(str(node.metadata.name))

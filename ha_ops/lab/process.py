@@ -163,9 +163,10 @@ def with_descendants(pids: list[int]) -> list[int]:
     """`pids` and every process below them: a container's processes live in namespaces of their own, but they are
     children of the containerd shim that started them."""
     parents = _parents()
-    out, frontier = list(pids), set(pids)
+    out, seen, frontier = list(pids), set(pids), set(pids)
     while frontier:
-        frontier = {child for child, parent in parents.items() if parent in frontier and child not in out}
+        frontier = {child for child, parent in parents.items() if parent in frontier and child not in seen}
+        seen |= frontier
         out += sorted(frontier)
     return out
 

@@ -432,6 +432,8 @@ class Controller:
         """Results into the state, in memory; each finished intent's audit entry kept for the next flush (once:
         not again after a failover)."""
         with self._lock:
+            # (read at the start of the term, as in _snapshot; and those kept for the next flush)
+            audited = self.audit.intents_as_written() | {e["intent"] for e in self._unaudited}
             for intent, token, status, result, before, after in outcomes:
                 if self.state is None or self.token != token:
                     return
@@ -449,8 +451,8 @@ class Controller:
                     stored.result = f"attempt {stored.attempts} failed: {result}"
                     continue
                 stored.status, stored.result = status, result  # type: ignore[assignment]
-                audited = self.audit.intents_as_written()  # (read at the start of the term, as in _snapshot)
-                if intent.id not in audited and intent.id not in {e["intent"] for e in self._unaudited}:
+                if intent.id not in audited:
+                    audited.add(intent.id)
                     what = f"dry-run {intent.kind}" if self.config.safety.dry_run else intent.kind
                     self._unaudited.append({"at": self.clock(), "who": self._who(token), "what": what,
                                             "node": intent.node, "why": intent.why, "before": before,

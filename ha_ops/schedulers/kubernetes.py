@@ -32,7 +32,7 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -156,6 +156,11 @@ def pod_job(pod: dict[str, Any]) -> SchedulerJob | None:
     return SchedulerJob(f"{meta.get('namespace')}/{meta.get('name')}", state, (node,) if node else (), owner)
 
 
+def jobs_of(pods: Iterable[dict[str, Any]]) -> list[SchedulerJob]:
+    """The pods that are jobs (pod_job), bound to a node."""
+    return [j for p in pods if (j := pod_job(p)) is not None and j.nodes]
+
+
 def with_taint(taints: list[dict[str, Any]], key: str, value: str, effect: str) -> list[dict[str, Any]]:
     kept = [t for t in taints if not (t.get("key") == key and t.get("effect") == effect)]
     return [*kept, {"key": key, "value": value, "effect": effect}]
@@ -197,8 +202,8 @@ class KubernetesScheduler:
         self.client = client
         self.options = options or KubernetesOptions()
         self.sleep = sleep
-        labels = {POOL_LABEL: self.options.pool} if self.options.pool else None
-        self._node_cache = WatchCache(client, Node, labels) if self.options.watch_nodes else None
+        self._pool_labels = {POOL_LABEL: self.options.pool} if self.options.pool else None
+        self._node_cache = WatchCache(client, Node, self._pool_labels) if self.options.watch_nodes else None
         self._pod_cache = PodCache(client) if self.options.watch_nodes else None
 
     # --- calls, retried ---------------------------------------------------------------------------------------
@@ -248,17 +253,17 @@ class KubernetesScheduler:
     def _pods_on(self, node: str | None = None) -> list[SchedulerJob]:
         fields = {"spec.nodeName": node} if node else None
         pods = self._call("list pods", lambda: list(self.client.list(Pod, namespace="*", fields=fields)))
-        jobs = [pod_job(p.to_dict()) for p in pods]
-        return [j for j in jobs if j is not None and j.nodes]
+        return jobs_of(p.to_dict() for p in pods)
 
     def _write_node(self, name: str, change: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
         """Read the node, compute the patch, write it with the resourceVersion read (409 on a race: read again)."""
 
-        tries = [0]
+        fresh = False
 
         def attempt() -> None:
-            node = self._node(name, fresh=tries[0] > 0)  # the watch's copy first; read after a conflict
-            tries[0] += 1
+            nonlocal fresh
+            node = self._node(name, fresh=fresh)  # the watch's copy first; read after a conflict
+            fresh = True
             patch = change(node)
             patch.setdefault("metadata", {})["resourceVersion"] = node["metadata"]["resourceVersion"]
             self._written(self.client.patch(Node, name, patch, patch_type=PatchType.MERGE))
@@ -273,18 +278,16 @@ class KubernetesScheduler:
     # --- the Scheduler protocol -------------------------------------------------------------------------------
     def node(self, name: str) -> SchedulerNode:
         facts = NodeFacts.of(self._node(name, fresh=False))
-        if self._pod_cache is not None:  # (only the description's ALLOCATED or IDLE depends on the count)
-            pods = sum(1 for p in self._pod_cache.on_node(name) if pod_job(p) is not None)
-        else:
-            pods = len(self._pods_on(name))
-        return SchedulerNode(name, facts.scontrol_state(pods), facts.reason)
+        # (only the description's ALLOCATED or IDLE depends on the count)
+        pods = jobs_of(self._pod_cache.on_node(name)) if self._pod_cache is not None else self._pods_on(name)
+        return SchedulerNode(name, facts.scontrol_state(len(pods)), facts.reason)
 
     def node_states_and_reasons(self) -> dict[str, tuple[str, str]]:
         if self._node_cache is not None:
             nodes = self._node_cache.objects()
         else:
-            labels = {POOL_LABEL: self.options.pool} if self.options.pool else None
-            nodes = [n.to_dict() for n in self._call("list nodes", lambda: list(self.client.list(Node, labels=labels)))]
+            listed = self._call("list nodes", lambda: list(self.client.list(Node, labels=self._pool_labels)))
+            nodes = [n.to_dict() for n in listed]
         busy: dict[str, int] = {}
         for job in self.jobs():
             busy[job.nodes[0]] = busy.get(job.nodes[0], 0) + 1
@@ -331,7 +334,7 @@ class KubernetesScheduler:
 
     def jobs(self) -> list[SchedulerJob]:
         if self._pod_cache is not None:  # (what is evicted is listed afresh: jobs_on)
-            return [j for p in self._pod_cache.objects() if (j := pod_job(p)) is not None and j.nodes]
+            return jobs_of(self._pod_cache.objects())
         return self._pods_on()
 
     def jobs_on(self, node: str) -> list[SchedulerJob]:

@@ -6,11 +6,14 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+import httpx2
+from lightkube import ApiError
 from lightkube.models.core_v1 import NodeSpec, PodSpec
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Node, Pod
 
 from ha_ops.schedulers.k8s_watch import PodCache, WatchCache
+from ha_ops.schedulers.kubernetes import KubernetesOptions, KubernetesScheduler
 from ha_ops.util.wait import wait_for
 
 
@@ -75,3 +78,54 @@ def test_pods_are_found_by_their_node_and_move_with_it() -> None:
     assert [p["metadata"]["name"] for p in cache.on_node("n1")] == ["p1"]
     assert [p["metadata"]["name"] for p in cache.on_node("n2")] == ["p2"]
     assert cache.on_node("n3") == []
+
+
+class Conflicting:
+    """A client whose node is at resourceVersion 30: a patch carrying another version gets 409, as the API
+    server answers it; a read returns the current node."""
+
+    def __init__(self) -> None:
+        self.current = node("a", "30")
+        self.current.metadata.labels = {"ha-ops.io/pool": "gpu"}  # type: ignore[union-attr]
+        self.gets = 0
+        self.patched: list[str] = []
+
+    def get(self, resource: Any, name: str) -> Node:
+        self.gets += 1
+        return self.current
+
+    def patch(self, resource: Any, name: str, body: dict[str, Any], **_: Any) -> Node:
+        version = body["metadata"]["resourceVersion"]
+        self.patched.append(version)
+        if version != self.current.metadata.resourceVersion:  # type: ignore[union-attr]
+            response = httpx2.Response(409, json={"code": 409, "message": "the object has been modified"},
+                                       request=httpx2.Request("PATCH", "https://api/"))  # fmt: skip
+            raise ApiError(response=response)
+        self.current = node("a", "31", unschedulable=True)
+        self.current.metadata.labels = {"ha-ops.io/pool": "gpu"}  # type: ignore[union-attr]
+        return self.current
+
+
+class StaleCopy:
+    """The watch's copy, one version behind."""
+
+    def __init__(self) -> None:
+        stale = node("a", "29").to_dict()
+        stale["metadata"]["labels"] = {"ha-ops.io/pool": "gpu"}
+        self.stored = {"/a": stale}
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        return self.stored.get(key)
+
+    def put(self, key: str, obj: dict[str, Any]) -> None:
+        self.stored[key] = obj
+
+
+def test_a_write_from_a_stale_copy_gets_409_then_reads_the_node_and_lands() -> None:
+    client = Conflicting()
+    scheduler = KubernetesScheduler(client, KubernetesOptions(pool="gpu"), sleep=lambda _: None)  # type: ignore[arg-type]
+    copy = StaleCopy()
+    scheduler._node_cache = copy  # type: ignore[assignment]
+    scheduler._write_node("a", lambda n: {"spec": {"unschedulable": True}})
+    assert client.patched == ["29", "30"] and client.gets == 1  # the copy first; a read only after the conflict
+    assert copy.stored["/a"]["metadata"]["resourceVersion"] == "31"  # the answer kept, ahead of the watch
