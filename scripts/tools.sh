@@ -35,7 +35,7 @@ etcd|$ETCD_VERSION|etcd etcdctl
 pulumi-language-python|$PULUMI_LANGUAGE_PYTHON_VERSION|pulumi-language-python pulumi-language-python-exec pulumi-resource-pulumi-python
 pulumi-resource-kubernetes|$PULUMI_KUBERNETES_PROVIDER_VERSION|pulumi-resource-kubernetes
 pulumi|$PULUMI_VERSION|pulumi
-kubernetes|$KUBERNETES_VERSION|kube-apiserver kube-controller-manager kube-scheduler kubelet
+kubernetes|$KUBERNETES_VERSION|kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl
 "
 
 tool_dir() { echo "$TOOLS/$1-$2"; }
@@ -276,7 +276,7 @@ build_kubernetes() {
   done
   gocmd build -mod=mod -trimpath -ldflags "$ldflags" -o "$out/" \
     k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
-    k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubelet
+    k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kubectl
 }
 
 mkdir -p "$TOOLS/logs" "$GODIR/src"

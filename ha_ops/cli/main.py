@@ -15,6 +15,7 @@ from ha_ops.cli import controller as controller_cmd
 from ha_ops.cli import gameday as gameday_cmd
 from ha_ops.cli import gpu as gpu_cmd
 from ha_ops.cli import inventory as inventory_cmd
+from ha_ops.cli import k8s as k8s_cmd
 from ha_ops.cli import lab as lab_cmd
 from ha_ops.cli import monitoring as monitoring_cmd
 from ha_ops.cli import output
@@ -51,6 +52,7 @@ app.add_typer(gameday_cmd.app, name="gameday")
 app.add_typer(runbook_cmd.app, name="runbook")
 app.add_typer(rollout_cmd.app, name="rollout")
 app.add_typer(power_cmd.app, name="power")
+app.add_typer(k8s_cmd.app, name="k8s")
 app.command("inventory")(inventory_cmd.inventory)
 
 

@@ -8,22 +8,18 @@ from pathlib import Path
 
 import pulumi
 import pulumi_kubernetes as k8s
-import yaml
 
 from ha_ops.iac.components import ClusterK8sLayer, ClusterK8sLayerArgs
-from ha_ops.iac.components.k8s_manifests import K8sLayerConfig
-from ha_ops.iac.components.k8s_manifests import controller_config as controller_config_for
+from ha_ops.iac.k8s_manifests import K8sLayerConfig, default_controller_config
 from ha_ops.iac.policy import enforce_spec
-from ha_ops.spec import compute_layout, load_spec
+from ha_ops.spec import load_spec
 
 config = pulumi.Config()
 spec = load_spec(Path(config.require("spec")))
 enforce_spec(spec)
-gpu_nodes = [n.name for n in compute_layout(spec).nodes_with_role("gpu")]
-pool = spec.schedulers.slurm.partition if spec.schedulers.slurm else "gpu"  # the nodes' ha-ops.io/pool label
 # `layer`: how the layer fits this cluster (K8sLayerConfig: namespace, where the controllers run, ...).
 layer_config = K8sLayerConfig.model_validate(config.get_object("layer") or {})
-controller_config = yaml.safe_dump(controller_config_for(spec, layer_config, pool, gpu_nodes))
+controller_config = default_controller_config(spec, layer_config)
 # With `render_dir` the manifests are written there instead of applied (no cluster needed: previews, reviews).
 render_dir = config.get("render_dir")
 if render_dir:

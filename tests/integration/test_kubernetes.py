@@ -32,8 +32,8 @@ from lightkube.types import PatchType
 
 from ha_ops.health.agent import http_poster
 from ha_ops.health.report import AgentReport, ReportFinding
-from ha_ops.iac.components.k8s_manifests import controller_port
 from ha_ops.iac.engine import PulumiEngine
+from ha_ops.iac.k8s_manifests import controller_port
 from ha_ops.lab import kubelets, kubernetes
 from ha_ops.lab.cluster import Lab
 from ha_ops.lab.paths import LabPaths
@@ -223,7 +223,8 @@ def test_the_k8s_layer_stack_runs_ha_ops_in_real_containers_and_the_controllers_
     engine = PulumiEngine(tmp_path / "state")
     program = REPO / "infra" / "k8s"
     engine.select_stack(program, "lab")
-    layer = {"controller_node_selector": {"ha-ops.io/controller": "true"}}  # the kubelet nodes ctl1 and ctl2
+    # The controllers on the kubelet nodes ctl1 and ctl2; the lab's Prometheus reads rule files (no Operator).
+    layer = {"controller_node_selector": {"ha-ops.io/controller": "true"}, "prometheus_operator": False}
     engine.set_config(program, "lab", {"spec": str(spec_file), "kubeconfig": str(kubernetes.kubeconfig_path(klab.ctx)),
                                        "layer": json.dumps(layer)})  # fmt: skip
     namespace = "ha-ops"
@@ -466,15 +467,10 @@ def test_the_kubernetes_scheduler_takes_a_node_out_evicts_within_budgets_brings_
 CONTROLLER_NAMESPACE = "hao-remediation"
 
 
-def rbac_rules(rules: list[dict]) -> list[dict]:
-    """The layer's rules (Pulumi's snake_case) as the API writes them."""
-    return [{"apiGroups": r["api_groups"], "resources": r["resources"], "verbs": r["verbs"]} for r in rules]
-
-
 def controller_kubeconfig(klab: Lab, api: Client, path: Path) -> Path:
     """A service account with exactly the RBAC infra/k8s gives the controller, and a kubeconfig with its token: the
     controllers below run with what they would have in their pods."""
-    from ha_ops.iac.components.k8s_manifests import controller_cluster_role_rules, controller_role_rules
+    from ha_ops.iac.k8s_manifests import controller_cluster_role_rules, controller_role_rules
 
     ns, account = CONTROLLER_NAMESPACE, "ha-ops-controller"
     subject = [{"kind": "ServiceAccount", "name": account, "namespace": ns}]
@@ -482,12 +478,12 @@ def controller_kubeconfig(klab: Lab, api: Client, path: Path) -> Path:
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}},
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": account, "namespace": ns}},
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "state", "namespace": ns},
-         "rules": rbac_rules(controller_role_rules())},
+         "rules": controller_role_rules()},
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
          "metadata": {"name": "state", "namespace": ns}, "subjects": subject,
          "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "state"}},
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": f"{ns}-nodes"},
-         "rules": rbac_rules(controller_cluster_role_rules())},
+         "rules": controller_cluster_role_rules()},
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
          "metadata": {"name": f"{ns}-nodes"}, "subjects": subject,
          "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": f"{ns}-nodes"}},

@@ -170,7 +170,7 @@ def test_each_controller_replica_is_named_by_its_pod_and_writes_nothing_to_disk(
 
 
 def test_the_rendered_controller_config_drives_kubernetes_with_a_lease_and_its_state_in_the_api() -> None:
-    from ha_ops.iac.components.k8s_manifests import K8sLayerConfig, controller_config
+    from ha_ops.iac.k8s_manifests import K8sLayerConfig, controller_config
     from ha_ops.remediation.config import ControllerConfig
 
     spec = example("lab.yaml")
@@ -243,11 +243,27 @@ def test_network_policies_deny_by_default_and_allow_only_what_is_needed(mocks: H
     assert sorted(agent_egress) == ["agents-to-controller", "allow-dns"]
 
 
-def test_the_alert_rules_are_the_ones_ha_ops_renders(mocks: Harness) -> None:
+def test_the_alert_rules_and_scraping_are_the_prometheus_operators_by_default(mocks: Harness) -> None:
     build(mocks)
+    rule = obj(mocks, "PrometheusRule", "ha-ops-alert-rules")
+    assert rule["apiVersion"] == "monitoring.coreos.com/v1"
+    assert rule["spec"]["groups"] == yaml.safe_load(rules_yaml())["groups"]  # the rules ha-ops renders, as they are
+    monitor = obj(mocks, "PodMonitor", "ha-ops")["spec"]
+    for app, port in (("ha-ops-agent", "metrics"), ("ha-ops-controller", "http")):
+        assert selects(monitor["selector"], {"app.kubernetes.io/name": app})
+        assert {"port": port, "path": "/metrics"} in monitor["podMetricsEndpoints"]
+    # ...and the ports it names are the pods' own.
+    workloads = (("DaemonSet", "ha-ops-agent"), ("Deployment", "ha-ops-controller"))
+    pods = [obj(mocks, kind, name)["spec"]["template"]["spec"] for kind, name in workloads]
+    assert {p["name"] for pod in pods for p in pod["containers"][0]["ports"]} == {"metrics", "http"}
+
+
+def test_without_the_operator_the_alert_rules_are_a_rule_file_in_a_config_map(mocks: Harness) -> None:
+    build(mocks, config=K8sLayerConfig(prometheus_operator=False))
     data = obj(mocks, "ConfigMap", "ha-ops-alert-rules")["data"]
     assert data == {"ha-ops-rules.yml": rules_yaml()}
     assert {g["name"] for g in yaml.safe_load(data["ha-ops-rules.yml"])["groups"]} == {"ha-ops-lab", "ha-ops-cluster"}
+    assert not [r for r in mocks.resources if r.type.endswith((":PrometheusRule", ":PodMonitor"))]
 
 
 def test_an_image_by_tag_is_refused_before_anything_is_created(mocks: Harness) -> None:

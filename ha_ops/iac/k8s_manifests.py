@@ -1,0 +1,477 @@
+"""The Kubernetes objects of the ha-ops layer as plain data, spelt as the Kubernetes API spells them.
+
+Pure, no Pulumi. `layer_objects` is the one list both install paths are made from: ClusterK8sLayer turns each
+object into a Pulumi resource, and `kustomize_base` writes them as a Kustomize base (`ha-ops k8s render`). Names
+are fixed, not generated: agents reach the controller by its Service's DNS name and Prometheus finds the rules by
+name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ha_ops.errors import SpecError
+from ha_ops.health.config import AgentConfig
+from ha_ops.iac.policy import check_images
+from ha_ops.iac.violations import enforce
+from ha_ops.monitoring.rules import rules_yaml
+from ha_ops.remediation.config import ControllerConfig
+from ha_ops.schedulers.kubernetes import SPARE_TAINT_KEY, TAINT_KEY
+from ha_ops.spec.layout import compute_layout
+from ha_ops.spec.load import validation_problems
+from ha_ops.spec.model import ClusterSpec, Images
+
+PART_OF = {"app.kubernetes.io/part-of": "ha-ops"}
+AGENT = "ha-ops-agent"
+CONTROLLER = "ha-ops-controller"
+AGENT_LABELS = {"app.kubernetes.io/name": AGENT, **PART_OF}
+CONTROLLER_LABELS = {"app.kubernetes.io/name": CONTROLLER, **PART_OF}
+AGENT_CONFIG_PATH = "/etc/ha-ops/agent.yaml"
+CONTROLLER_CONFIG_PATH = "/etc/ha-ops/controller.yaml"
+RULES_FILE = "ha-ops-rules.yml"
+DEFAULT_CONTROLLER_PORT = 8800
+
+# Ordered from what must never be evicted to what yields first. The ha-ops agent and controller run as "critical"
+# (below Kubernetes' own system classes, 2e9): preemptible training gives way to them and to normal jobs.
+PRIORITY_CLASSES: dict[str, dict[str, Any]] = {
+    "critical": {
+        "value": 1_000_000,
+        "preemptionPolicy": "PreemptLowerPriority",
+        "description": "ha-ops agent and remediation controller: must run for the cluster to heal itself",
+    },
+    "normal": {"value": 1_000, "preemptionPolicy": "PreemptLowerPriority", "description": "ordinary jobs"},
+    "preemptible-training": {
+        "value": 100,
+        # Training jobs checkpoint and requeue; they never push anything else off a node.
+        "preemptionPolicy": "Never",
+        "description": "checkpointing training jobs: preempted first, never preempt others",
+    },
+}
+
+
+class K8sLayerConfig(BaseModel):
+    """How the layer fits the Kubernetes cluster it lands on (what the spec does not say)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    namespace: str = "ha-ops"
+    monitoring_namespace: str = "monitoring"
+    prometheus_pod_labels: dict[str, str] = Field(default_factory=lambda: {"app.kubernetes.io/name": "prometheus"})
+    # The API server is not a pod, so only an address block can name it; narrow this to its endpoints.
+    api_server_cidrs: list[str] = Field(default_factory=lambda: ["0.0.0.0/0"], min_length=1)
+    api_server_ports: list[int] = Field(default_factory=lambda: [443, 6443], min_length=1)
+    gpu_node_label: str = "nvidia.com/gpu.present"  # set by NVIDIA's GPU feature discovery
+    controller_replicas: int = Field(default=2, ge=2)
+    # Where the controllers run, e.g. system nodes away from the GPU nodes they drain (empty: any node).
+    controller_node_selector: dict[str, str] = Field(default_factory=dict)
+    # The Prometheus Operator's PrometheusRule and PodMonitor (kube-prometheus-stack and most clusters); false: the
+    # rules in a ConfigMap for a Prometheus that reads rule files, and scrape jobs of its own.
+    prometheus_operator: bool = True
+
+
+def controller_port(spec: ClusterSpec) -> int:
+    return spec.remediation.port if spec.remediation is not None else DEFAULT_CONTROLLER_PORT
+
+
+def controller_url(spec: ClusterSpec, cfg: K8sLayerConfig) -> str:
+    return f"http://{CONTROLLER}.{cfg.namespace}.svc:{controller_port(spec)}/v1/reports"
+
+
+def agent_config_yaml(spec: ClusterSpec, cfg: K8sLayerConfig) -> str:
+    """The agent's config, checked by the agent's own model so that a drift in its schema fails here, not on nodes.
+    `node` is replaced per pod by `--node $(NODE_NAME)`."""
+    data = {
+        "node": "set-by-node-flag",
+        "backend": "nvml",
+        "metrics": {"address": "0.0.0.0", "port": spec.monitoring.agent_port},
+        # On Kubernetes the controller acts; the agent reports, and keeps its node's GpuHealthy condition.
+        "slurm": {"enabled": False},
+        "controller": {"urls": [controller_url(spec, cfg)]},
+        "kubernetes": {"enabled": True},
+    }
+    AgentConfig.model_validate(data)
+    return yaml.safe_dump(data, sort_keys=False)
+
+
+def zone_spread_key(spec: ClusterSpec) -> str:
+    """Across zones where the spec has several, else across nodes (a required zone rule in one zone would leave
+    the second controller pending forever)."""
+    zones = {d.zone for d in spec.failure_domains}
+    return "topology.kubernetes.io/zone" if len(zones) >= 2 else "kubernetes.io/hostname"
+
+
+def agent_pod_spec(spec: ClusterSpec, cfg: K8sLayerConfig, image: str) -> dict[str, Any]:
+    return {
+        "serviceAccountName": AGENT,
+        # Its token writes one thing: its own node's status (agent_node_restriction), for the GpuHealthy condition.
+        "automountServiceAccountToken": True,
+        "priorityClassName": "critical",
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {"matchExpressions": [{"key": cfg.gpu_node_label, "operator": "In", "values": ["true"]}]}
+                    ]
+                }
+            }
+        },
+        "tolerations": [
+            {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+            # A drained node is exactly where the agent must keep reporting.
+            {"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"},
+            # ...and a node ha-ops took out (even as lost: NoExecute) or holds as a spare.
+            {"key": TAINT_KEY, "operator": "Exists"},
+            {"key": SPARE_TAINT_KEY, "operator": "Exists"},
+        ],
+        "containers": [
+            {
+                "name": "agent",
+                "image": image,
+                "command": ["ha-ops"],
+                "args": ["agent", "run", "--config", AGENT_CONFIG_PATH, "--node", "$(NODE_NAME)"],
+                "env": [
+                    {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+                    # NVML through the NVIDIA container runtime without claiming a GPU from the jobs.
+                    {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"},
+                    {"name": "NVIDIA_DRIVER_CAPABILITIES", "value": "utility"},
+                ],
+                "ports": [{"name": "metrics", "containerPort": spec.monitoring.agent_port, "protocol": "TCP"}],
+                "volumeMounts": [{"name": "config", "mountPath": "/etc/ha-ops", "readOnly": True}],
+                "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}},
+                "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True},
+            }
+        ],
+        "volumes": [{"name": "config", "configMap": {"name": AGENT}}],
+    }
+
+
+def controller_config(spec: ClusterSpec, cfg: K8sLayerConfig, pool: str, nodes: list[str]) -> dict[str, Any]:
+    """The controller's config on Kubernetes, checked by its own model: the Kubernetes scheduler, a Lease and the
+    shared state (ConfigMaps) in the layer's namespace, so no volume is needed; each replica's id is its pod name
+    (`--id` from HA_OPS_CONTROLLER_ID), never the `id` here."""
+    data = {
+        "id": "set-by-pod-name",
+        "port": controller_port(spec),
+        "scheduler": "kubernetes",
+        "partition": pool,
+        "kubernetes": {
+            "lease": {"namespace": cfg.namespace, "name": CONTROLLER},
+            "state": {"namespace": cfg.namespace, "prefix": CONTROLLER},
+        },
+        "pools": {pool: {"nodes": nodes}},
+    }
+    ControllerConfig.model_validate(data)
+    return data
+
+
+def controller_cluster_role_rules() -> list[dict[str, Any]]:
+    """What the Kubernetes scheduler adapter does (schedulers/kubernetes.py) and nothing more: read and patch nodes
+    and their status (cordon, taints, the GpuHealthy condition), read pods and namespaces (drain policies), evict
+    pods (the Eviction API honours PodDisruptionBudgets), delete a pod only for `delete-after-timeout`."""
+    return [
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch", "patch"]},
+        {"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"]},
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "delete"]},
+        {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]},
+        {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get"]},
+    ]
+
+
+def controller_pod_spec(spec: ClusterSpec, cfg: K8sLayerConfig, image: str) -> dict[str, Any]:
+    port = controller_port(spec)
+    return {
+        "serviceAccountName": CONTROLLER,
+        "priorityClassName": "critical",
+        **({"nodeSelector": cfg.controller_node_selector} if cfg.controller_node_selector else {}),
+        "affinity": {
+            "podAntiAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": [
+                    {"labelSelector": {"matchLabels": CONTROLLER_LABELS}, "topologyKey": zone_spread_key(spec)}
+                ]
+            }
+        },
+        "containers": [
+            {
+                "name": "controller",
+                "image": image,
+                "command": ["ha-ops"],
+                "args": ["controller", "run", "--config", CONTROLLER_CONFIG_PATH],
+                "env": [
+                    # Each replica's id, and so the Lease's holderIdentity: its pod name.
+                    {"name": "HA_OPS_CONTROLLER_ID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                ],
+                "ports": [{"name": "http", "containerPort": port, "protocol": "TCP"}],
+                "readinessProbe": {"httpGet": {"path": "/healthz", "port": port}, "periodSeconds": 5},
+                # The root file system is read-only, and nothing is written to a volume: the lease and the shared
+                # state (intents, audit log, views) are kept in the API, where the other replica finds them.
+                "volumeMounts": [{"name": "config", "mountPath": "/etc/ha-ops", "readOnly": True}],
+                "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}},
+                "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True},
+            }
+        ],
+        "volumes": [{"name": "config", "configMap": {"name": CONTROLLER}}],
+    }
+
+
+def agent_cluster_role_rules() -> list[dict[str, Any]]:
+    """The agent writes its node's GpuHealthy condition; agent_node_restriction narrows this to its own node."""
+    return [
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
+        {"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"]},
+    ]
+
+
+def agent_node_restriction(cfg: K8sLayerConfig) -> dict[str, Any]:
+    """A ValidatingAdmissionPolicy that scopes the agent as kubelet's NodeRestriction scopes kubelets: RBAC cannot
+    name "the node this pod runs on", but a pod's service account token carries its node's name
+    (userInfo.extra authentication.kubernetes.io/node-name, Kubernetes 1.32+), so the agent may write the status of
+    that node only, and in it only the GpuHealthy condition."""
+    agent = f"system:serviceaccount:{cfg.namespace}:{AGENT}"
+    node_key = "authentication.kubernetes.io/node-name"
+    others = "c, c.type != 'GpuHealthy'"
+    return {
+        "failurePolicy": "Fail",
+        "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                                                  "operations": ["UPDATE"], "resources": ["nodes/status"]}]},
+        "matchConditions": [{"name": "the-ha-ops-agent", "expression": f"request.userInfo.username == '{agent}'"}],
+        "validations": [
+            {"expression": f"'{node_key}' in request.userInfo.extra && "
+                           f"request.userInfo.extra['{node_key}'][0] == object.metadata.name",
+             "message": "the ha-ops agent may write the status of its own node only"},
+            {"expression": f"!has(oldObject.status.conditions) || (has(object.status.conditions) && "
+                           f"object.status.conditions.filter({others}) == "
+                           f"oldObject.status.conditions.filter({others}))",
+             "message": "the ha-ops agent may change the GpuHealthy condition only"},
+        ],
+    }  # fmt: skip
+
+
+def controller_role_rules() -> list[dict[str, Any]]:
+    """In the controller's own namespace: leader election (Leases) and the shared state (ConfigMaps). No delete:
+    the audit log is never removed by the controller."""
+    return [
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "verbs": ["get", "list", "watch", "create", "update", "patch"],
+        },
+        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "watch", "create", "update"]},
+    ]
+
+
+def _port(port: int, protocol: str = "TCP") -> dict[str, Any]:
+    return {"port": port, "protocol": protocol}
+
+
+def network_policies(spec: ClusterSpec, cfg: K8sLayerConfig) -> dict[str, dict[str, Any]]:
+    """Default deny in the namespace, then only what the agent and controller need. name -> NetworkPolicy spec."""
+    agents = {"matchLabels": AGENT_LABELS}
+    controllers = {"matchLabels": CONTROLLER_LABELS}
+    port = controller_port(spec)
+    mon = spec.monitoring
+    monitoring_ns = {"matchLabels": {"kubernetes.io/metadata.name": cfg.monitoring_namespace}}
+    prometheus = {"namespaceSelector": monitoring_ns, "podSelector": {"matchLabels": cfg.prometheus_pod_labels}}
+    return {
+        "default-deny": {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]},
+        "allow-dns": {
+            "podSelector": {},
+            "policyTypes": ["Egress"],
+            "egress": [
+                {
+                    "to": [
+                        {
+                            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+                            "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
+                        }
+                    ],
+                    "ports": [_port(53, "UDP"), _port(53, "TCP")],
+                }
+            ],
+        },
+        "agents-to-controller": {
+            "podSelector": agents,
+            "policyTypes": ["Egress"],
+            "egress": [{"to": [{"podSelector": controllers}], "ports": [_port(port)]}],
+        },
+        "controller-from-agents": {
+            "podSelector": controllers,
+            "policyTypes": ["Ingress"],
+            "ingress": [{"from": [{"podSelector": agents}], "ports": [_port(port)]}],
+        },
+        "prometheus-scrape": {
+            "podSelector": {
+                "matchExpressions": [{"key": "app.kubernetes.io/name", "operator": "In", "values": [AGENT, CONTROLLER]}]
+            },
+            "policyTypes": ["Ingress"],
+            "ingress": [
+                {
+                    "from": [prometheus],
+                    "ports": [_port(mon.agent_port), _port(port)],
+                }
+            ],
+        },
+        "controller-to-apiserver": {
+            "podSelector": controllers,
+            "policyTypes": ["Egress"],
+            "egress": [
+                {
+                    "to": [{"ipBlock": {"cidr": cidr}} for cidr in cfg.api_server_cidrs],
+                    "ports": [_port(p) for p in cfg.api_server_ports],
+                }
+            ],
+        },
+        # The controller watches Prometheus and raises HaOpsPrometheusDown on Alertmanager itself.
+        "controller-to-monitoring": {
+            "podSelector": controllers,
+            "policyTypes": ["Egress"],
+            "egress": [
+                {
+                    "to": [{"namespaceSelector": monitoring_ns}],
+                    "ports": [_port(mon.prometheus_port), _port(mon.alertmanager_port)],
+                }
+            ],
+        },
+    }
+
+
+# --- the layer's objects, for every install path ------------------------------------------------------------------
+@dataclass(frozen=True)
+class LayerObject:
+    key: str  # its Pulumi resource name after the layer's: fixed, so that an update never replaces the object
+    manifest: dict[str, Any]  # the object as the API takes it
+
+    @property
+    def kind(self) -> str:
+        return str(self.manifest["kind"])
+
+    @property
+    def name(self) -> str:
+        return str(self.manifest["metadata"]["name"])
+
+
+def default_controller_config(spec: ClusterSpec, cfg: K8sLayerConfig) -> str:
+    """The controller's config for this spec: its GPU nodes in the pool their ha-ops.io/pool label names."""
+    pool = spec.schedulers.slurm.partition if spec.schedulers.slurm else "gpu"
+    nodes = [n.name for n in compute_layout(spec).nodes_with_role("gpu")]
+    return yaml.safe_dump(controller_config(spec, cfg, pool, nodes), sort_keys=False)
+
+
+def _checked_controller_config(text: str, source: str) -> None:
+    try:
+        ControllerConfig.model_validate(yaml.safe_load(text))
+    except yaml.YAMLError as exc:
+        raise SpecError(source, [f"controller_config_yaml: not valid YAML ({exc})"]) from None
+    except ValidationError as exc:
+        raise SpecError(source, [f"controller_config_yaml.{p}" for p in validation_problems(exc)]) from None
+
+
+def pod_monitor(cfg: K8sLayerConfig) -> dict[str, Any]:
+    """Prometheus Operator: scrape the agents' `metrics` port and the controllers' `http` port, both at /metrics."""
+    return {
+        "selector": {"matchExpressions": [
+            {"key": "app.kubernetes.io/name", "operator": "In", "values": [AGENT, CONTROLLER]}]},
+        "podMetricsEndpoints": [{"port": "metrics", "path": "/metrics"}, {"port": "http", "path": "/metrics"}],
+    }  # fmt: skip
+
+
+def layer_objects(spec: ClusterSpec, cfg: K8sLayerConfig, controller_config_yaml: str, images: Images | None = None,
+                  *, source: str, images_field: str = "images") -> list[LayerObject]:  # fmt: skip
+    """Every object of the layer, in the order they are applied. The images (`images`, else the spec's) must be
+    pinned by digest and the controller config must be the controller's: checked before anything is made."""
+    images, where = (images, images_field) if images is not None else (spec.images, "images")
+    if images is None:
+        where_given = f"{images_field} or the spec's images" if images_field != "images" else "the spec has none"
+        raise SpecError(source, [f"images: no images given ({where_given}: the agent's and the controller's)"])
+    enforce(check_images(images.model_dump(), where), source)
+    _checked_controller_config(controller_config_yaml, source)
+    ns = cfg.namespace
+    out: list[LayerObject] = []
+
+    def add(key: str, api_version: str, kind: str, name: str, labels: dict[str, str], namespaced: bool = True,
+            **fields: Any) -> None:  # fmt: skip
+        meta: dict[str, Any] = {"name": name, **({"namespace": ns} if namespaced else {}), "labels": labels}
+        out.append(LayerObject(key, {"apiVersion": api_version, "kind": kind, "metadata": meta, **fields}))
+
+    def bound_cluster_role(key: str, name: str, labels: dict[str, str], rules: list[dict[str, Any]],
+                           account: str) -> None:  # fmt: skip
+        rbac = "rbac.authorization.k8s.io"
+        add(key, f"{rbac}/v1", "ClusterRole", name, labels, False, rules=rules)
+        add(key, f"{rbac}/v1", "ClusterRoleBinding", name, labels, False,
+            roleRef={"apiGroup": rbac, "kind": "ClusterRole", "name": name},
+            subjects=[{"kind": "ServiceAccount", "name": account, "namespace": ns}])  # fmt: skip
+
+    add("namespace", "v1", "Namespace", ns, PART_OF, False)
+    for pc, fields in PRIORITY_CLASSES.items():
+        add(f"priority-{pc}", "scheduling.k8s.io/v1", "PriorityClass", pc, PART_OF, False, **fields)
+
+    # --- agent ----------------------------------------------------------------------------------------------------
+    add("agent-sa", "v1", "ServiceAccount", AGENT, AGENT_LABELS)
+    bound_cluster_role("agent-node-status", f"{AGENT}-node-status", AGENT_LABELS, agent_cluster_role_rules(), AGENT)
+    admission = "admissionregistration.k8s.io/v1"
+    add("agent-own-node", admission, "ValidatingAdmissionPolicy", f"{AGENT}-own-node", AGENT_LABELS, False,
+        spec=agent_node_restriction(cfg))  # fmt: skip
+    add("agent-own-node", admission, "ValidatingAdmissionPolicyBinding", f"{AGENT}-own-node", AGENT_LABELS, False,
+        spec={"policyName": f"{AGENT}-own-node", "validationActions": ["Deny"]})  # fmt: skip
+    add("agent-config", "v1", "ConfigMap", AGENT, AGENT_LABELS, data={"agent.yaml": agent_config_yaml(spec, cfg)})
+    add("agent", "apps/v1", "DaemonSet", AGENT, AGENT_LABELS, spec={
+        "selector": {"matchLabels": AGENT_LABELS},
+        "template": {"metadata": {"labels": AGENT_LABELS}, "spec": agent_pod_spec(spec, cfg, images.agent)},
+    })  # fmt: skip
+
+    # --- remediation controller -----------------------------------------------------------------------------------
+    add("controller-sa", "v1", "ServiceAccount", CONTROLLER, CONTROLLER_LABELS)
+    rbac = "rbac.authorization.k8s.io"
+    add("controller-state", f"{rbac}/v1", "Role", f"{CONTROLLER}-state", CONTROLLER_LABELS,
+        rules=controller_role_rules())  # fmt: skip
+    add("controller-state", f"{rbac}/v1", "RoleBinding", f"{CONTROLLER}-state", CONTROLLER_LABELS,
+        roleRef={"apiGroup": rbac, "kind": "Role", "name": f"{CONTROLLER}-state"},
+        subjects=[{"kind": "ServiceAccount", "name": CONTROLLER, "namespace": ns}])  # fmt: skip
+    bound_cluster_role("controller-nodes", f"{CONTROLLER}-nodes", CONTROLLER_LABELS, controller_cluster_role_rules(),
+                       CONTROLLER)  # fmt: skip
+    add("controller-config", "v1", "ConfigMap", CONTROLLER, CONTROLLER_LABELS,
+        data={"controller.yaml": controller_config_yaml})  # fmt: skip
+    add("controller", "apps/v1", "Deployment", CONTROLLER, CONTROLLER_LABELS, spec={
+        "replicas": cfg.controller_replicas,
+        "selector": {"matchLabels": CONTROLLER_LABELS},
+        # No surge: with one replica per zone and two zones a surge pod could never be placed.
+        "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}},
+        "template": {"metadata": {"labels": CONTROLLER_LABELS},
+                     "spec": controller_pod_spec(spec, cfg, images.controller)},
+    })  # fmt: skip
+    add("controller", "v1", "Service", CONTROLLER, CONTROLLER_LABELS, spec={
+        "selector": CONTROLLER_LABELS,
+        "ports": [{"name": "http", "port": controller_port(spec), "targetPort": "http"}],
+    })  # fmt: skip
+    add("controller", "policy/v1", "PodDisruptionBudget", CONTROLLER, CONTROLLER_LABELS,
+        spec={"minAvailable": 1, "selector": {"matchLabels": CONTROLLER_LABELS}})  # fmt: skip
+
+    # --- network policies and monitoring --------------------------------------------------------------------------
+    for name, policy in network_policies(spec, cfg).items():
+        add(f"netpol-{name}", "networking.k8s.io/v1", "NetworkPolicy", name, PART_OF, spec=policy)
+    if cfg.prometheus_operator:
+        operator = "monitoring.coreos.com/v1"
+        add("alert-rules", operator, "PrometheusRule", "ha-ops-alert-rules", PART_OF,
+            spec={"groups": yaml.safe_load(rules_yaml())["groups"]})  # fmt: skip
+        add("pod-monitor", operator, "PodMonitor", "ha-ops", PART_OF, spec=pod_monitor(cfg))
+    else:
+        add("alert-rules", "v1", "ConfigMap", "ha-ops-alert-rules", {**PART_OF, "prometheus-rules": "true"},
+            data={RULES_FILE: rules_yaml()})  # fmt: skip
+    return out
+
+
+KUSTOMIZATION = "kustomization.yaml"
+RENDERED_BY = "# Written by `ha-ops k8s render` from the cluster spec; render again rather than edit (use overlays)."
+
+
+def kustomize_base(objects: list[LayerObject]) -> dict[str, str]:
+    """A Kustomize base: file name -> text, one object per file and the kustomization listing them in order."""
+    files = {}
+    for obj in objects:
+        files[f"{obj.kind.lower()}-{obj.name}.yaml"] = yaml.safe_dump(obj.manifest, sort_keys=False)
+    kustomization = {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+                     "resources": list(files)}  # fmt: skip
+    return {KUSTOMIZATION: f"{RENDERED_BY}\n" + yaml.safe_dump(kustomization, sort_keys=False), **files}
