@@ -161,6 +161,17 @@ def jobs_of(pods: Iterable[dict[str, Any]]) -> list[SchedulerJob]:
     return [j for p in pods if (j := pod_job(p)) is not None and j.nodes]
 
 
+def _refusal(exc: ApiError | httpx2.HTTPStatusError) -> tuple[int, str]:
+    """The status code and the server's message of a refused request."""
+    if isinstance(exc, ApiError):
+        return exc.status.code or 0, str(exc.status.message or exc.status.reason)
+    try:
+        message = str(exc.response.json().get("message") or exc.response.reason_phrase)
+    except ValueError:
+        message = exc.response.reason_phrase
+    return exc.response.status_code, message
+
+
 def with_taint(taints: list[dict[str, Any]], key: str, value: str, effect: str) -> list[dict[str, Any]]:
     kept = [t for t in taints if not (t.get("key") == key and t.get("effect") == effect)]
     return [*kept, {"key": key, "value": value, "effect": effect}]
@@ -212,14 +223,15 @@ class KubernetesScheduler:
         for attempt in range(self.options.retries + 1):
             try:
                 return fn()
-            except ApiError as exc:
-                code = exc.status.code or 0
-                if code == 404:
+            except (ApiError, httpx2.HTTPStatusError) as exc:
+                # lightkube raises ApiError from a get or a write, but the HTTP error itself from a list's pages.
+                code, message = _refusal(exc)
+                if code == 404 and isinstance(exc, ApiError):
                     raise
                 retriable = code in RETRIED or (code == 403 and forbidden < 2)
                 forbidden += code == 403
                 if not retriable or attempt == self.options.retries:
-                    raise KubernetesError(f"{what}: {code} {exc.status.message or exc.status.reason}") from None
+                    raise KubernetesError(f"{what}: {code} {message}") from None
                 wait = retry_after(exc.response.headers if exc.response is not None else None, attempt)
                 log.debug("%s: %s; again in %.1f s", what, code, wait)
                 self.sleep(wait)

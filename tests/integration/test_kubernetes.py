@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager, suppress
 from pathlib import Path
 
+import httpx2
 import pytest
 import yaml
 from lightkube import ApiError, Client, KubeConfig, codecs
@@ -26,6 +27,7 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.apps_v1 import Deployment
 from lightkube.resources.coordination_v1 import Lease as LeaseObject
 from lightkube.resources.core_v1 import Namespace, Node, Pod, ServiceAccount
+from lightkube.resources.flowcontrol_apiserver_v1 import FlowSchema, PriorityLevelConfiguration
 from lightkube.resources.rbac_authorization_v1 import ClusterRole, ClusterRoleBinding
 from lightkube.resources.scheduling_v1 import PriorityClass
 from lightkube.types import PatchType
@@ -463,20 +465,132 @@ def test_the_kubernetes_scheduler_takes_a_node_out_evicts_within_budgets_brings_
         api.delete(Namespace, namespace)
 
 
+class StaleCopy:
+    """A node watch that has not seen the node's latest version (what a write must survive)."""
+
+    def __init__(self, node: dict) -> None:
+        self.stored = {f"/{node['metadata']['name']}": node}
+
+    def get(self, key: str) -> dict | None:
+        return self.stored.get(key)
+
+    def put(self, key: str, obj: dict) -> None:
+        self.stored[key] = obj
+
+
+def test_the_api_servers_403_409_and_429_are_retried_as_it_asks_then_named(
+    klab: Lab, api: Client, tmp_path: Path
+) -> None:
+    """Refusals from the real API server, not a fake: 429 from API Priority and Fairness (a priority level with no
+    seats for the controller's service account) is retried after the server's Retry-After and succeeds once the
+    server lets it through; 409 from a write carrying a stale resourceVersion is read again and lands; 403 from an
+    account without RBAC is tried twice more, then named. Unknown nodes and nodes of another pool are refused."""
+    ns = "hao-refusals"
+    node = sorted(kubernetes.ready_nodes(api))[0]
+    waits: list[float] = []
+    throttle = [
+        {"apiVersion": "flowcontrol.apiserver.k8s.io/v1", "kind": "PriorityLevelConfiguration",
+         "metadata": {"name": ns},
+         "spec": {"type": "Limited", "limited": {"nominalConcurrencyShares": 0, "lendablePercent": 0,
+                                                 "borrowingLimitPercent": 0, "limitResponse": {"type": "Reject"}}}},
+        {"apiVersion": "flowcontrol.apiserver.k8s.io/v1", "kind": "FlowSchema", "metadata": {"name": ns},
+         "spec": {"priorityLevelConfiguration": {"name": ns}, "matchingPrecedence": 100,
+                  "distinguisherMethod": {"type": "ByUser"},
+                  "rules": [{"subjects": [{"kind": "ServiceAccount",
+                                           "serviceAccount": {"name": "ha-ops-controller", "namespace": ns}}],
+                             "resourceRules": [{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"],
+                                                "clusterScope": True, "namespaces": ["*"]}]}]}},
+    ]  # fmt: skip
+    clients = ExitStack()
+    try:
+        allowed = Client(KubeConfig.from_file(controller_kubeconfig(klab, api, tmp_path / "c.kubeconfig", ns)))
+        clients.callback(allowed.close)
+        for manifest in throttle:
+            api.apply(codecs.from_dict(manifest), force=True)
+
+        def recorded(seconds: float) -> None:
+            waits.append(seconds)
+            time.sleep(seconds)
+
+        # The account's priority level has one seat (no shares of its own, nothing borrowed); other readers with the
+        # same account keep it busy, so the scheduler's requests are refused with 429 from time to time.
+        stop = threading.Event()
+        hammers = Client(KubeConfig.from_file(tmp_path / "c.kubeconfig"))
+
+        def hammer() -> None:
+            while not stop.is_set():
+                with suppress(ApiError, httpx2.HTTPStatusError):  # (refused too, as they should be)
+                    list(hammers.list(Node))
+
+        threads = [threading.Thread(target=hammer, daemon=True) for _ in range(6)]
+        for thread in threads:
+            thread.start()
+        throttled = KubernetesScheduler(allowed, KubernetesOptions(pool="gpu", retries=20), sleep=recorded)
+        try:
+            wait_for("a read refused with 429 and retried", lambda: throttled.node(node).name == node and waits,
+                     timeout=60, interval=0.1)  # fmt: skip
+        finally:
+            stop.set()
+            for thread in threads:
+                thread.join(10)
+            hammers.close()
+        # Each retry waited as long as the server's Retry-After said (not the 0.2 s of the backoff without one),
+        # and the read then succeeded.
+        assert all(w >= 1.0 for w in waits), waits
+        print(f"\n429: {len(waits)} refusals, each retried after {sorted(set(waits))} s (Retry-After)")
+
+        # 409: a write from a stale copy of the node (as a watch that is behind holds it), against the real server.
+        admin = KubernetesScheduler(api, KubernetesOptions(pool="gpu"), sleep=recorded)
+        stale = api.get(Node, node).to_dict()
+        api.patch(Node, node, {"metadata": {"labels": {"hao-refusals": "bumped"}}})  # the node moves on
+        admin._node_cache = StaleCopy(stale)  # type: ignore[assignment]
+        waits.clear()
+        admin.drain(node, "ha-ops: refusals test")
+        assert len(waits) == 1, waits  # one 409, then a fresh read and the write lands
+        assert api.get(Node, node).spec.unschedulable is True  # type: ignore[union-attr]
+        admin.resume(node)
+
+        # 403: an account without RBAC, tried twice more (bindings take a moment to reach every server), then named.
+        nobody_ns = f"{ns}-nobody"
+        nobody = Client(KubeConfig.from_file(controller_kubeconfig(klab, api, tmp_path / "n.kubeconfig", nobody_ns,
+                                                                   rbac=False)))  # fmt: skip
+        clients.callback(nobody.close)
+        waits.clear()
+        refused = KubernetesScheduler(nobody, KubernetesOptions(pool="gpu"), sleep=recorded)
+        with pytest.raises(KubernetesError, match=rf"get node {node}: 403 .*forbidden"):
+            refused.node(node)
+        assert len(waits) == 2, waits
+        # Bad input: a clean error naming the node, never a traceback from the client.
+        with pytest.raises(UnknownNode, match="no node 'gpu99'"):
+            admin.node("gpu99")
+        with pytest.raises(UnknownNode, match="'ctl1' is in pool None, not 'gpu'"):
+            admin.node("ctl1")  # a real kubelet node, outside the GPU pool
+    finally:
+        clients.close()
+        for kind, name in ((FlowSchema, ns), (PriorityLevelConfiguration, ns), (ClusterRoleBinding, f"{ns}-nodes"),
+                           (ClusterRole, f"{ns}-nodes"), (Namespace, ns), (Namespace, f"{ns}-nobody")):  # fmt: skip
+            with suppress(ApiError):
+                api.delete(kind, name)
+        api.patch(Node, node, {"metadata": {"labels": {"hao-refusals": None}}})
+
+
 # --- the remediation controller itself, on Kubernetes -------------------------------------------------------------
 CONTROLLER_NAMESPACE = "hao-remediation"
 
 
-def controller_kubeconfig(klab: Lab, api: Client, path: Path) -> Path:
-    """A service account with exactly the RBAC infra/k8s gives the controller, and a kubeconfig with its token: the
-    controllers below run with what they would have in their pods."""
+def controller_kubeconfig(klab: Lab, api: Client, path: Path, ns: str = CONTROLLER_NAMESPACE,
+                          rbac: bool = True) -> Path:  # fmt: skip
+    """A service account with exactly the RBAC infra/k8s gives the controller (none without `rbac`), and a
+    kubeconfig with its token: the controllers below run with what they would have in their pods."""
     from ha_ops.iac.k8s_manifests import controller_cluster_role_rules, controller_role_rules
 
-    ns, account = CONTROLLER_NAMESPACE, "ha-ops-controller"
+    account = "ha-ops-controller"
     subject = [{"kind": "ServiceAccount", "name": account, "namespace": ns}]
     manifests = [
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}},
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": account, "namespace": ns}},
+    ]
+    manifests += [
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "state", "namespace": ns},
          "rules": controller_role_rules()},
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
@@ -487,7 +601,7 @@ def controller_kubeconfig(klab: Lab, api: Client, path: Path) -> Path:
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
          "metadata": {"name": f"{ns}-nodes"}, "subjects": subject,
          "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": f"{ns}-nodes"}},
-    ]  # fmt: skip
+    ] if rbac else []  # fmt: skip
     for manifest in manifests:
         api.apply(codecs.from_dict(manifest), force=True)
     request = ServiceAccount.Token(metadata=ObjectMeta(name=account, namespace=ns),

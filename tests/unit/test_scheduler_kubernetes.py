@@ -172,3 +172,28 @@ def test_403_is_retried_twice_then_named_and_a_400_at_once() -> None:
     with pytest.raises(KubernetesError, match="400"):
         sched._call("patch node n1", bad)
     assert waits == []
+
+
+def test_a_refused_list_page_is_retried_as_a_refused_get_is() -> None:
+    """lightkube raises the HTTP error itself, not ApiError, from a list's pages: its Retry-After counts too."""
+    waits: list[float] = []
+    request = httpx2.Request("GET", "https://api.example/api/v1/pods")
+    body = {"kind": "Status", "code": 429, "message": "too many requests, please try again later"}
+    throttled = httpx2.Response(429, headers={"Retry-After": "1"}, json=body, request=request)
+    answers = iter([httpx2.HTTPStatusError("429", request=request, response=throttled), "pods"])
+
+    def call() -> str:
+        answer = next(answers)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    assert scheduler_that_sleeps(waits)._call("list pods", call) == "pods"
+    assert waits == [1.0]
+    always = httpx2.Response(403, json={"message": "pods is forbidden"}, request=request)
+
+    def forbidden() -> None:
+        raise httpx2.HTTPStatusError("403", request=request, response=always)
+
+    with pytest.raises(KubernetesError, match="list pods: 403 pods is forbidden"):
+        scheduler_that_sleeps([])._call("list pods", forbidden)
