@@ -59,7 +59,7 @@ def client(cluster: Cluster) -> str:
 
 
 def _partition(cluster: Cluster) -> str:
-    return cluster.spec.schedulers.slurm.partition if cluster.spec.schedulers.slurm else "gpu"
+    return cluster.spec.gpu_partition
 
 
 def _sinfo(cluster: Cluster, *argv: str) -> str | None:

@@ -51,7 +51,7 @@ def submit(cluster: Cluster, directory: str, workload: Workload) -> list[str]:
     node = cluster.node(client(cluster))
     node.run(["sh", "-c", 'mkdir -p "$1" && cat > "$1/job.sh" && chmod 755 "$1/job.sh"', "sh", directory], input=JOB,
              timeout=30)  # fmt: skip
-    partition = cluster.spec.schedulers.slurm.partition if cluster.spec.schedulers.slurm else "gpu"
+    partition = cluster.spec.gpu_partition
     gpus = min(n.gpus for n in cluster.layout.nodes_with_role("gpu"))
     ids = []
     for i in range(workload.jobs):

@@ -71,6 +71,12 @@ class K8sLayerConfig(BaseModel):
     # The Prometheus Operator's PrometheusRule and PodMonitor (kube-prometheus-stack and most clusters); false: the
     # rules in a ConfigMap for a Prometheus that reads rule files, and scrape jobs of its own.
     prometheus_operator: bool = True
+    # More tolerations for the agent, for the cluster's own taints on GPU nodes (it already tolerates NVIDIA's,
+    # cordons and ha-ops' own).
+    agent_tolerations: list[dict[str, str]] = Field(default_factory=list)
+    # Clusters without GPUs (a lab): the agent reads fake GPUs (`ha-ops gpu fake-init`) from this folder on each
+    # node instead of NVML, mounted read-only. Empty: NVML, as on any GPU node.
+    agent_fake_gpus_dir: str = ""
 
 
 def controller_port(spec: ClusterSpec) -> int:
@@ -86,7 +92,7 @@ def agent_config_yaml(spec: ClusterSpec, cfg: K8sLayerConfig) -> str:
     `node` is replaced per pod by `--node $(NODE_NAME)`."""
     data = {
         "node": "set-by-node-flag",
-        "backend": "nvml",
+        **({"backend": "fake", "fake_dir": fake} if (fake := cfg.agent_fake_gpus_dir) else {"backend": "nvml"}),
         "metrics": {"address": "0.0.0.0", "port": spec.monitoring.agent_port},
         # On Kubernetes the controller acts; the agent reports, and keeps its node's GpuHealthy condition.
         "slurm": {"enabled": False},
@@ -105,6 +111,10 @@ def zone_spread_key(spec: ClusterSpec) -> str:
 
 
 def agent_pod_spec(spec: ClusterSpec, cfg: K8sLayerConfig, image: str) -> dict[str, Any]:
+    volumes: list[tuple[dict[str, Any], str]] = [({"name": "config", "configMap": {"name": AGENT}}, "/etc/ha-ops")]
+    if cfg.agent_fake_gpus_dir:  # (a lab's fake GPUs, read from the node's own folder)
+        fake = {"name": "fake-gpus", "hostPath": {"path": cfg.agent_fake_gpus_dir, "type": "Directory"}}
+        volumes.append((fake, cfg.agent_fake_gpus_dir))
     return {
         "serviceAccountName": AGENT,
         # Its token writes one thing: its own node's status (agent_node_restriction), for the GpuHealthy condition.
@@ -126,6 +136,7 @@ def agent_pod_spec(spec: ClusterSpec, cfg: K8sLayerConfig, image: str) -> dict[s
             # ...and a node ha-ops took out (even as lost: NoExecute) or holds as a spare.
             {"key": TAINT_KEY, "operator": "Exists"},
             {"key": SPARE_TAINT_KEY, "operator": "Exists"},
+            *cfg.agent_tolerations,
         ],
         "containers": [
             {
@@ -140,12 +151,12 @@ def agent_pod_spec(spec: ClusterSpec, cfg: K8sLayerConfig, image: str) -> dict[s
                     {"name": "NVIDIA_DRIVER_CAPABILITIES", "value": "utility"},
                 ],
                 "ports": [{"name": "metrics", "containerPort": spec.monitoring.agent_port, "protocol": "TCP"}],
-                "volumeMounts": [{"name": "config", "mountPath": "/etc/ha-ops", "readOnly": True}],
+                "volumeMounts": [{"name": v["name"], "mountPath": path, "readOnly": True} for v, path in volumes],
                 "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}},
                 "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True},
             }
         ],
-        "volumes": [{"name": "config", "configMap": {"name": AGENT}}],
+        "volumes": [v for v, _ in volumes],
     }
 
 
@@ -355,9 +366,8 @@ class LayerObject:
 
 def default_controller_config(spec: ClusterSpec, cfg: K8sLayerConfig) -> str:
     """The controller's config for this spec: its GPU nodes in the pool their ha-ops.io/pool label names."""
-    pool = spec.schedulers.slurm.partition if spec.schedulers.slurm else "gpu"
     nodes = [n.name for n in compute_layout(spec).nodes_with_role("gpu")]
-    return yaml.safe_dump(controller_config(spec, cfg, pool, nodes), sort_keys=False)
+    return yaml.safe_dump(controller_config(spec, cfg, spec.gpu_partition, nodes), sort_keys=False)
 
 
 def _checked_controller_config(text: str, source: str) -> None:

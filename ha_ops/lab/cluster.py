@@ -228,6 +228,7 @@ class Lab:
             if kubelets.names(self.ctx):
                 wait_for("every kubelet node Ready", lambda: not kubelets.problems(api, self.ctx),
                          timeout=max(60.0, deadline - time.monotonic()), interval=0.5)  # fmt: skip
+                kubelets.advertise_gpus(api, self.ctx)
 
     def _ensure_kubelet_runtimes(self, state: LabState, progress: Progress) -> None:
         """containerd and the API relay first, the pause image in each runtime, then the kubelets (a kubelet that

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import yaml
 from lightkube import Client
+from lightkube.resources.core_v1 import Node
 
 from ha_ops.lab import kubernetes, mgmt, netns
 from ha_ops.lab.context import LabContext, ServiceDef
@@ -45,6 +46,7 @@ PAUSE_TARBALL = TOOLS_BIN.parent / "images" / "pause-lab.tar"
 CNI_PLUGINS = Path("/usr/lib/cni")  # Debian's containernetworking-plugins
 LABEL_PREFIX = "ha-ops.io/"
 LAB_LABEL = "ha-ops.io/lab-kubelet"
+LAB_TAINT = {"key": LAB_LABEL, "value": "true", "effect": "NoSchedule"}
 # What kubelet and the CNI plugins write outside their configured folders: private per node (a bind mount from
 # the node's folder in the node's mount namespace).
 PRIVATE_DIRS = ("/var/lib/kubelet", "/var/log/pods", "/var/log/containers", "/var/lib/cni")
@@ -73,13 +75,30 @@ def pod_subnet(ctx: LabContext, node: str) -> ipaddress.IPv4Network:
 
 def labels(ctx: LabContext, node: str) -> dict[str, str]:
     """Its failure domain, as on the GPU nodes, and its roles (`ha-ops.io/controller=true`): kubelet may not set
-    node-role.kubernetes.io labels on itself."""
+    node-role.kubernetes.io labels on itself. A GPU node also gets the GPU and pool labels KWOK's nodes carry."""
     layout = ctx.layout.node(node)
-    domain = ctx.spec.domain(layout.domain)
-    out = {kubernetes.ZONE_LABEL: domain.zone, kubernetes.RACK_LABEL: domain.rack,
-           kubernetes.DOMAIN_LABEL: domain.name, LAB_LABEL: "true"}  # fmt: skip
+    out = {**kubernetes.domain_labels(ctx, layout.domain), LAB_LABEL: "true"}
     out.update({f"{LABEL_PREFIX}{role}": "true" for role in layout.roles})
+    if layout.gpus:
+        out.update(kubernetes.gpu_labels(layout, ctx.spec.gpu_partition))
     return out
+
+
+def taints(ctx: LabContext, node: str) -> list[dict[str, str]]:
+    """A GPU node with a real kubelet keeps the lab's pretend workloads (images that exist nowhere) on the KWOK
+    nodes: only pods tolerating LAB_TAINT (the agent, as the lab's layer config says) run there."""
+    layout = ctx.layout.node(node)
+    return [LAB_TAINT, *kubernetes.spare_taints(layout)] if layout.gpus else []
+
+
+def gpu_capacity_patch(ctx: LabContext, node: str) -> dict | None:
+    """Its fake GPUs as `nvidia.com/gpu` in the node's status, as a device plugin would advertise them (an extended
+    resource the kubelet keeps); None for a node without GPUs."""
+    gpus = ctx.layout.node(node).gpus
+    if not gpus:
+        return None
+    advertised = {kubernetes.GPU_RESOURCE: str(gpus)}
+    return {"status": {"capacity": advertised, "allocatable": advertised}}
 
 
 def prepare(ctx: LabContext) -> None:
@@ -217,10 +236,11 @@ def kubelet_services(ctx: LabContext) -> list[ServiceDef]:
         base = folder(ctx, node)
         address = ctx.layout.node(node).address
         node_labels = ",".join(f"{k}={v}" for k, v in labels(ctx, node).items())
+        node_taints = ",".join(f"{t['key']}={t['value']}:{t['effect']}" for t in taints(ctx, node))
         argv = [str(tool("kubelet")), f"--config={base / 'kubelet.yaml'}",
                 f"--kubeconfig={base / 'kubelet.kubeconfig'}", f"--root-dir={base / 'kubelet'}",
                 f"--hostname-override={node}", f"--node-ip={address}", f"--node-labels={node_labels}",
-                "--v=1"]  # fmt: skip
+                *([f"--register-with-taints={node_taints}"] if node_taints else []), "--v=1"]  # fmt: skip
         out.append(ServiceDef(node, "kubelet", argv, ctx.node_dir(node) / "log" / "kubelet.log"))
     return out
 
@@ -266,6 +286,14 @@ def problems(api: Client, ctx: LabContext) -> list[str]:
     """Kubelet nodes that are not registered and Ready."""
     missing = sorted(set(names(ctx)) - kubernetes.ready_nodes(api, {LAB_LABEL: "true"}))
     return [f"kubelet node(s) not Ready: {', '.join(missing)}"] if missing else []
+
+
+def advertise_gpus(api: Client, ctx: LabContext) -> None:
+    """The GPU kubelet nodes' fake GPUs in their status (no device plugin here to do it)."""
+    for node in names(ctx):
+        patch = gpu_capacity_patch(ctx, node)
+        if patch is not None:
+            api.patch(Node.Status, node, patch)
 
 
 def stop_containers(root: Path) -> list[str]:

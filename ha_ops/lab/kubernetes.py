@@ -178,11 +178,21 @@ def api_ready(api: Client) -> bool:
         return False
 
 
+def gpu_labels(node: NodeLayout, pool: str) -> dict[str, str]:
+    """What a GPU node carries as GPU feature discovery and ha-ops label it: its GPUs, its pool, a spare's mark."""
+    return {"nvidia.com/gpu.present": "true", "nvidia.com/gpu.product": node.gpu_model or "unknown", POOL_LABEL: pool,
+            **({SPARE_LABEL: "true"} if node.spare else {})}  # fmt: skip
+
+
+def spare_taints(node: NodeLayout) -> list[dict[str, str]]:
+    """A spare carries the spare taint until it stands in."""
+    return [{"key": SPARE_TAINT_KEY, "value": "true", "effect": "NoSchedule"}] if node.spare else []
+
+
 def node_object(node: NodeLayout, domain_labels: dict[str, str], pool: str) -> dict[str, Any]:
     """A GPU node as KWOK manages it: its GPUs as allocatable `nvidia.com/gpu`, its failure domain as labels, its
-    pool as ha-ops labels it (schedulers/kubernetes.py); a spare carries the spare taint until it stands in."""
+    pool as ha-ops labels it (schedulers/kubernetes.py)."""
     capacity = {"cpu": str(node.cpus), "memory": f"{node.memory_mb}Mi", "pods": "110", GPU_RESOURCE: str(node.gpus)}
-    taints = [{"key": SPARE_TAINT_KEY, "value": "true", "effect": "NoSchedule"}] if node.spare else []
     return {
         "apiVersion": "v1",
         "kind": "Node",
@@ -194,35 +204,33 @@ def node_object(node: NodeLayout, domain_labels: dict[str, str], pool: str) -> d
                 "kubernetes.io/os": "linux",
                 "kubernetes.io/arch": "amd64",
                 "type": "kwok",
-                "nvidia.com/gpu.present": "true",
-                "nvidia.com/gpu.product": node.gpu_model or "unknown",
-                POOL_LABEL: pool,
-                **({SPARE_LABEL: "true"} if node.spare else {}),
+                **gpu_labels(node, pool),
                 **domain_labels,
             },
         },
-        "spec": {"taints": taints},
+        "spec": {"taints": spare_taints(node)},
         "status": {"capacity": capacity, "allocatable": capacity},
     }
 
 
 def gpu_nodes(ctx: LabContext) -> list[dict[str, Any]]:
-    """The Node objects of the spec's GPU nodes, plus `extra_kwok_nodes` more spread over the same domains."""
+    """The Node objects of the spec's GPU nodes (but those with a real kubelet: they register themselves), plus
+    `extra_kwok_nodes` more spread over the same domains."""
     assert ctx.spec.kubernetes is not None
-    domains = {d.name: d for d in ctx.spec.failure_domains}
-
-    def labels(domain: str) -> dict[str, str]:
-        d = domains[domain]
-        return {ZONE_LABEL: d.zone, RACK_LABEL: d.rack, DOMAIN_LABEL: d.name}
-
     real = ctx.layout.nodes_with_role("gpu")
-    pool = ctx.spec.schedulers.slurm.partition if ctx.spec.schedulers.slurm else "gpu"
-    out = [node_object(n, labels(n.domain), pool) for n in real]
+    pool = ctx.spec.gpu_partition
+    out = [node_object(n, domain_labels(ctx, n.domain), pool) for n in real
+           if n.name not in ctx.spec.kubernetes.kubelet_nodes]  # fmt: skip
     for i in range(ctx.spec.kubernetes.extra_kwok_nodes):
         model = real[i % len(real)]
         extra = dataclasses.replace(model, name=f"kwok-gpu{i + 1}", spare=False)
-        out.append(node_object(extra, labels(extra.domain), pool))
+        out.append(node_object(extra, domain_labels(ctx, extra.domain), pool))
     return out
+
+
+def domain_labels(ctx: LabContext, domain: str) -> dict[str, str]:
+    d = ctx.spec.domain(domain)
+    return {ZONE_LABEL: d.zone, RACK_LABEL: d.rack, DOMAIN_LABEL: d.name}
 
 
 def register_nodes(ctx: LabContext, api: Client) -> int:

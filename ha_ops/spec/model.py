@@ -175,8 +175,9 @@ class Kubernetes(StrictModel):
     service_cidr: Cidr = IPv4Network("10.96.0.0/16")
     # Lab only: how many extra KWOK GPU nodes to register beside the spec's own (scale tests).
     extra_kwok_nodes: int = Field(default=0, ge=0, le=10_000)
-    # Lab only: hosts of the spec (not GPU nodes: KWOK keeps those) that run a real kubelet with containerd, so
-    # pods there run as real containers (ha_ops/lab/kubelets.py).
+    # Lab only: hosts of the spec that run a real kubelet with containerd, so pods there run as real containers
+    # (ha_ops/lab/kubelets.py). A GPU node named here registers itself instead of through KWOK, with its fake GPUs
+    # advertised as `nvidia.com/gpu`; it is tainted so that only the agent, not the lab's pretend workloads, runs there.
     kubelet_nodes: list[HostName] = Field(default_factory=list, max_length=8)
 
 
@@ -215,6 +216,11 @@ class ClusterSpec(StrictModel):
         return self
 
     # Queries used by every renderer.
+    @property
+    def gpu_partition(self) -> str:
+        """Where the GPU nodes' work runs: the Slurm partition, which is also their `ha-ops.io/pool` on Kubernetes."""
+        return self.schedulers.slurm.partition if self.schedulers.slurm else "gpu"
+
     def domain(self, name: str) -> FailureDomain:
         return next(d for d in self.failure_domains if d.name == name)
 
@@ -289,13 +295,9 @@ def _rule_problems(spec: ClusterSpec) -> list[str]:
             problems.append(f"{where}.count: 1 node cannot spread over >= 2 failure domains")
 
     if spec.kubernetes is not None:
-        gpu_hosts = {n for p in spec.pools for n in p.node_names()}
         for i, name in enumerate(spec.kubernetes.kubelet_nodes):
-            where = f"kubernetes.kubelet_nodes[{i}]"
             if name not in spec.host_names():
-                problems.append(f"{where}: {name!r} is not a host of the spec")
-            elif name in gpu_hosts:
-                problems.append(f"{where}: {name!r} is a GPU node; KWOK stands in for those")
+                problems.append(f"kubernetes.kubelet_nodes[{i}]: {name!r} is not a host of the spec")
         for name, n in Counter(spec.kubernetes.kubelet_nodes).items():
             if n > 1:
                 problems.append(f"kubernetes.kubelet_nodes: {name!r} is named twice")

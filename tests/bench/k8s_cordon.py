@@ -156,6 +156,26 @@ def one_run(lab: Lab, api: Client, nodes: list[str], failing: int, stagger: bool
         api.delete(Lease, f"bench-{run}", namespace=NAMESPACE)
 
 
+def api_alone(api: Client, nodes: list[str], count: int) -> str:
+    """The API server's own ceiling here, with no controller: `count` nodes drained by PARALLEL writers through the
+    same adapter (a cordon PATCH and a condition PATCH each, as the controller writes them), then cordon PATCHes
+    alone; every node returned after each."""
+    scheduler = KubernetesScheduler(api, KubernetesOptions(pool="gpu"))
+    targets = nodes[:count]
+    out = []
+    for what, act in (("drains (cordon + condition)", lambda n: scheduler.drain(n, "ha-ops: bench api alone")),
+                      ("cordon PATCHes", lambda n: api.patch(Node, n, {"spec": {"unschedulable": True}}))):  # fmt: skip
+        started = time.monotonic()
+        with ThreadPoolExecutor(max_workers=PARALLEL) as pool:
+            list(pool.map(act, targets))
+        took = time.monotonic() - started
+        out.append(f"{count} {what} in {took:.2f} s, {count / took:.0f} nodes/s")
+        with ThreadPoolExecutor(max_workers=PARALLEL) as pool:
+            list(pool.map(lambda n: api.patch(Node, n, {"spec": {"unschedulable": None}}), targets))
+            list(pool.map(scheduler.resume, targets))
+    return f"  API server alone, {PARALLEL} writers: " + "; ".join(out)
+
+
 def _leading(url: str) -> bool:
     try:
         with urllib.request.urlopen(f"{url}/v1/state", timeout=2) as answer:
@@ -183,6 +203,7 @@ def main() -> None:
         print(f"lab up with {args.nodes} KWOK GPU nodes in {time.monotonic() - started:.0f} s", flush=True)
         with kubernetes.client(lab.ctx, timeout=60) as api:
             nodes = sorted(kubernetes.ready_nodes(api))
+            print(api_alone(api, nodes, 150), flush=True)
             for failing in args.failing:
                 for stagger in (True, False):
                     r = one_run(lab, api, nodes, failing, stagger, tmp)

@@ -58,6 +58,7 @@ from ha_ops.schedulers.kubernetes import (
     UnknownNode,
     set_gpu_condition,
 )
+from ha_ops.spec import parse_spec
 from ha_ops.spec.model import Kubernetes
 from ha_ops.util.wait import wait_for
 from tests.labkit import REPO, lab_spec, running_lab
@@ -68,10 +69,17 @@ LAB_NAME = "itk8s"  # the lab this module builds: the suite checks nothing of it
 IMAGE = "registry.invalid/ha-ops/trainer@sha256:" + "0" * 64  # KWOK never pulls it
 
 
+GPU_KUBELET = "gpu5"  # the one GPU node with a real kubelet (the spare of five): the agent's pod runs there
+
+
 @pytest.fixture(scope="module")
 def klab() -> Iterator[Lab]:
-    # ctl1 and ctl2 real kubelet nodes (containerd), for the controller pods; KWOK for the GPU nodes.
-    spec = lab_spec(LAB_NAME).model_copy(update={"kubernetes": Kubernetes(kubelet_nodes=["ctl1", "ctl2"])})
+    # ctl1 and ctl2 real kubelet nodes (containerd), for the controller pods, and gpu5 for a real agent pod; KWOK for
+    # the other GPU nodes.
+    base = lab_spec(LAB_NAME)
+    pools = [base.pools[0].model_copy(update={"count": 5})]
+    kube = Kubernetes(kubelet_nodes=["ctl1", "ctl2", GPU_KUBELET])
+    spec = parse_spec(base.model_copy(update={"pools": pools, "kubernetes": kube}).model_dump(mode="json"))
     started = time.monotonic()
     with running_lab(Lab(spec, LabPaths.for_lab(LAB_NAME))) as lab:
         print(f"\nlab with Kubernetes up in {time.monotonic() - started:.0f} s")
@@ -87,8 +95,14 @@ def api(klab: Lab) -> Iterator[Client]:
 def test_the_gpu_nodes_are_ready_nodes_with_their_gpus_and_failure_domains(klab: Lab, api: Client) -> None:
     nodes = {n["metadata"]["name"]: n for n in (o.to_dict() for o in api.list(Node, labels={"type": "kwok"}))}
     layout = {n.name: n for n in klab.ctx.layout.nodes_with_role("gpu")}
-    assert set(nodes) == set(layout)
-    assert kubernetes.ready_nodes(api) == set(layout)
+    assert set(nodes) == set(layout) - {GPU_KUBELET}
+    assert kubernetes.ready_nodes(api) == set(layout) - {GPU_KUBELET}
+    # The GPU node with a real kubelet registered itself, with the same labels and its GPUs advertised.
+    real = api.get(Node, GPU_KUBELET).to_dict()
+    assert kubernetes.ready_nodes(api, {kubelets.LAB_LABEL: "true"}) >= {GPU_KUBELET}
+    assert real["metadata"]["labels"]["nvidia.com/gpu.present"] == "true"
+    assert {t["key"] for t in real["spec"]["taints"]} == {kubelets.LAB_LABEL, SPARE_TAINT_KEY}  # (gpu5: the spare)
+    nodes[GPU_KUBELET] = real
     domains = {d.name: d for d in klab.spec.failure_domains}
     for name, node in nodes.items():
         domain = domains[layout[name].domain]
@@ -225,12 +239,17 @@ def test_the_k8s_layer_stack_runs_ha_ops_in_real_containers_and_the_controllers_
     engine = PulumiEngine(tmp_path / "state")
     program = REPO / "infra" / "k8s"
     engine.select_stack(program, "lab")
-    # The controllers on the kubelet nodes ctl1 and ctl2; the lab's Prometheus reads rule files (no Operator).
-    layer = {"controller_node_selector": {"ha-ops.io/controller": "true"}, "prometheus_operator": False}
+    # The controllers on the kubelet nodes ctl1 and ctl2; the lab's Prometheus reads rule files (no Operator); the
+    # agent also on the GPU kubelet node (its taint keeps the lab's pretend workloads away), reading fake GPUs.
+    layer = {"controller_node_selector": {"ha-ops.io/controller": "true"}, "prometheus_operator": False,
+             "agent_tolerations": [{"key": kubelets.LAB_LABEL, "operator": "Exists", "effect": "NoSchedule"}],
+             "agent_fake_gpus_dir": str(klab.ctx.in_node("gpus"))}  # fmt: skip
     engine.set_config(program, "lab", {"spec": str(spec_file), "kubeconfig": str(kubernetes.kubeconfig_path(klab.ctx)),
                                        "layer": json.dumps(layer)})  # fmt: skip
     namespace = "ha-ops"
     controllers: dict[str, dict] = {}
+    agents: dict[str, dict] = {}
+    klab.use_controllers(False)  # the lab's own controllers (for Slurm) stopped: the layer's pods are the ones acting
     try:
         update = engine.up(program, "lab")
         assert update["result"] == "succeeded", update
@@ -241,14 +260,19 @@ def test_the_k8s_layer_stack_runs_ha_ops_in_real_containers_and_the_controllers_
             return {p["metadata"]["name"]: p for p in found if p["status"].get("phase") == "Running"}
 
         gpu_nodes = {str(n.metadata.name) for n in api.list(Node, labels={"type": "kwok"}) if n.metadata}
+        every_gpu_node = gpu_nodes | {GPU_KUBELET}
 
         def on_nodes(found: dict[str, dict]) -> set[str]:
             return {p["spec"]["nodeName"] for p in found.values()}
 
-        agents = wait_for("an agent Running on every GPU node",
-                          lambda: (p := pods("ha-ops-agent")) and on_nodes(p) >= gpu_nodes and p,
+        agents = wait_for("an agent Running on every GPU node (Ready on the real one)",
+                          lambda: (p := pods("ha-ops-agent")) and on_nodes(p) >= every_gpu_node and p,
                           timeout=120, interval=1.0)  # fmt: skip
-        assert on_nodes(agents) == gpu_nodes
+        assert on_nodes(agents) == every_gpu_node
+        [real_agent] = [p for p in agents.values() if p["spec"]["nodeName"] == GPU_KUBELET]
+        [status] = real_agent["status"]["containerStatuses"]
+        assert status["containerID"].startswith("containerd://") and status["imageID"].endswith(image.split("@")[1])
+        agent_container_keeps_its_nodes_condition(klab, api)
 
         def ready_controllers() -> dict[str, dict] | None:
             running = pods("ha-ops-controller")
@@ -267,10 +291,12 @@ def test_the_k8s_layer_stack_runs_ha_ops_in_real_containers_and_the_controllers_
             "critical", "normal", "preemptible-training"}  # fmt: skip
         controllers_fail_over(klab, api, namespace, controllers, sorted(gpu_nodes))
     except BaseException:
-        for pod in controllers.values():
+        real_pods = [*controllers.values(), *(p for p in agents.values() if p["spec"]["nodeName"] == GPU_KUBELET)]
+        for pod in real_pods:
             print(f"--- {pod['metadata']['name']} on {pod['spec']['nodeName']}\n{pod_log(klab, pod)}")
         raise
     finally:
+        klab.use_controllers(True)
         gone = engine.destroy(program, "lab")
     assert gone["result"] == "succeeded", gone
     try:
@@ -278,6 +304,34 @@ def test_the_k8s_layer_stack_runs_ha_ops_in_real_containers_and_the_controllers_
         assert left.status is not None and left.status.phase == "Terminating"
     except ApiError as exc:
         assert exc.status.code == 404
+
+
+def agent_container_keeps_its_nodes_condition(klab: Lab, api: Client) -> None:
+    """The agent's pod on the GPU kubelet node, a real container reading the node's (fake) GPUs through its
+    hostPath: its verdict reaches the node's GpuHealthy condition, written with the pod's own token, as a GPU falls
+    off the bus and comes back."""
+
+    def condition(status: str) -> dict | None:
+        found = [c for c in api.get(Node, GPU_KUBELET).to_dict()["status"].get("conditions") or []
+                 if c["type"] == CONDITION]  # fmt: skip
+        return found[0] if found and found[0]["status"] == status else None
+
+    wait_for(f"the agent container's {CONDITION}=True on {GPU_KUBELET}", lambda: condition("True"), timeout=60,
+             interval=0.5)  # fmt: skip
+    gpus = klab.node(GPU_KUBELET).gpus()
+    gpus.inject("fallen_off_bus", 2)
+    try:
+        started = time.monotonic()
+        unhealthy = wait_for(f"{CONDITION}=False on {GPU_KUBELET}", lambda: condition("False"), timeout=30,
+                             interval=0.2)  # fmt: skip
+        print(
+            f"\nthe agent container set {CONDITION}=False {time.monotonic() - started:.1f} s after the fault: "
+            f"{unhealthy['reason']}: {unhealthy['message']}"
+        )
+        assert "79" in unhealthy["message"], unhealthy
+    finally:
+        gpus.clear()
+    wait_for(f"{CONDITION}=True again on {GPU_KUBELET}", lambda: condition("True"), timeout=60, interval=0.5)
 
 
 def controllers_fail_over(klab: Lab, api: Client, namespace: str, pods: dict[str, dict], gpu_nodes: list[str]) -> None:

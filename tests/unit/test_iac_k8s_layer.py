@@ -314,3 +314,18 @@ def test_the_controllers_run_where_the_layer_config_says(mocks: Harness) -> None
 def test_without_a_node_selector_the_controllers_may_run_on_any_node(mocks: Harness) -> None:
     build(mocks)
     assert "nodeSelector" not in obj(mocks, "Deployment", "ha-ops-controller")["spec"]["template"]["spec"]
+
+
+def test_a_lab_without_gpus_gives_the_agent_fake_ones_and_its_own_tolerations(mocks: Harness) -> None:
+    extra = {"key": "example.com/dedicated", "operator": "Exists", "effect": "NoSchedule"}
+    build(mocks, config=K8sLayerConfig(agent_fake_gpus_dir="/run/ha-ops-node/gpus", agent_tolerations=[extra]))
+    pod = obj(mocks, "DaemonSet", "ha-ops-agent")["spec"]["template"]["spec"]
+    assert extra in pod["tolerations"] and {"key": "nvidia.com/gpu", "operator": "Exists",
+                                            "effect": "NoSchedule"} in pod["tolerations"]  # fmt: skip
+    assert {"name": "fake-gpus", "hostPath": {"path": "/run/ha-ops-node/gpus", "type": "Directory"}} in pod["volumes"]
+    assert {"name": "fake-gpus", "mountPath": "/run/ha-ops-node/gpus", "readOnly": True} in pod["containers"][0][
+        "volumeMounts"]  # fmt: skip
+    config = AgentConfig.model_validate(yaml.safe_load(obj(mocks, "ConfigMap", "ha-ops-agent")["data"]["agent.yaml"]))
+    assert (config.backend, str(config.fake_dir)) == ("fake", "/run/ha-ops-node/gpus")
+    build_default = K8sLayerConfig()
+    assert build_default.agent_fake_gpus_dir == "" and build_default.agent_tolerations == []  # NVML by default

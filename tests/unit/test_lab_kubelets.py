@@ -30,11 +30,10 @@ def spec_with(kubelet_nodes: list[str]) -> Any:
 
 
 @pytest.mark.parametrize(("names", "problem"), [
-    (["gpu1"], "kubernetes.kubelet_nodes[0]: 'gpu1' is a GPU node; KWOK stands in for those"),
     (["nosuch"], "kubernetes.kubelet_nodes[0]: 'nosuch' is not a host of the spec"),
     (["ctl1", "ctl1"], "kubernetes.kubelet_nodes: 'ctl1' is named twice"),
 ])  # fmt: skip
-def test_kubelet_nodes_must_be_non_gpu_hosts_of_the_spec(names: list[str], problem: str) -> None:
+def test_kubelet_nodes_must_be_hosts_of_the_spec_named_once(names: list[str], problem: str) -> None:
     with pytest.raises(SpecError) as caught:
         spec_with(names)
     assert problem in caught.value.problems
@@ -68,3 +67,27 @@ def test_descendants_are_found_below_the_given_processes() -> None:
         for pid in reversed(found):
             os.kill(pid, 9)
         parent.wait(5)
+
+
+def test_a_gpu_node_with_a_kubelet_registers_as_kwok_would_have_it_and_is_tainted_for_the_agent_only(
+    tmp_path: Path,
+) -> None:
+    from ha_ops.lab import kubernetes
+
+    spec = spec_with(["ctl1", "gpu4"])
+    ctx = LabContext(spec, compute_layout(spec), LabPaths(tmp_path / "lab"))
+    gpu4 = ctx.layout.node("gpu4")
+    kwok_labels = kubernetes.node_object(gpu4, kubernetes.domain_labels(ctx, gpu4.domain), "gpu")["metadata"]["labels"]
+    labels = kubelets.labels(ctx, "gpu4")
+    kubelets_own = ("type", "kubernetes.io/hostname", "kubernetes.io/os", "kubernetes.io/arch")  # (set by kubelet)
+    assert {k: v for k, v in kwok_labels.items() if k not in kubelets_own}.items() <= labels.items()
+    assert kubelets.taints(ctx, "gpu4")[0] == kubelets.LAB_TAINT and kubelets.taints(ctx, "ctl1") == []
+    assert ("ha-ops.io/spare" in labels) == gpu4.spare
+    assert kubelets.gpu_capacity_patch(ctx, "gpu4") == {"status": {
+        "capacity": {"nvidia.com/gpu": str(gpu4.gpus)}, "allocatable": {"nvidia.com/gpu": str(gpu4.gpus)}}}  # fmt: skip
+    assert kubelets.gpu_capacity_patch(ctx, "ctl1") is None
+    # KWOK leaves it to its kubelet; its neighbours stay KWOK's.
+    assert "gpu4" not in {n["metadata"]["name"] for n in kubernetes.gpu_nodes(ctx)}
+    assert {"gpu1", "gpu2", "gpu3"} <= {n["metadata"]["name"] for n in kubernetes.gpu_nodes(ctx)}
+    argv = next(s.argv for s in kubelets.kubelet_services(ctx) if s.node == "gpu4")
+    assert f"--register-with-taints={kubelets.LAB_LABEL}=true:NoSchedule" in ",".join(argv)
