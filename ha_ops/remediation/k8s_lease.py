@@ -51,7 +51,12 @@ class KubernetesLease(LeaseTerm):
         self.token: int | None = None
         self.renewed_until = 0.0
         self._seen: tuple[str, float] = ("", 0.0)  # (resourceVersion, when this controller first saw it)
-        self._lock = threading.RLock()
+        self._lock = threading.RLock()  # the token and renewal bookkeeping
+        # Fencing reads shared by concurrent checks (_read_shared): reads started, finished, one in flight, its record.
+        self._reads = threading.Condition()
+        self._started = self._finished = 0
+        self._in_flight = False
+        self._record: LeaseRecord | None = None
 
     def _get(self) -> LeaseObject | None:
         try:
@@ -80,7 +85,30 @@ class KubernetesLease(LeaseTerm):
         if lease is None:
             return None
         spec = lease.spec or LeaseSpec()
-        return LeaseRecord(spec.holderIdentity or "", spec.leaseTransitions or 0, self._expires_at(lease))
+        with self._lock:
+            expires_at = self._expires_at(lease)
+        return LeaseRecord(spec.holderIdentity or "", spec.leaseTransitions or 0, expires_at)
+
+    def _read_shared(self) -> LeaseRecord | None:
+        """The lease as a read that started after this call did returns it. Concurrent callers share one read: while
+        one is in flight the others wait for the next, which serves them all (under a storm every action and state
+        write is fenced: one GET each, in series, held the renewals back until the lease was lost)."""
+        with self._reads:
+            wanted = self._started + 1
+            while self._finished < wanted:
+                if self._in_flight:
+                    self._reads.wait()
+                    continue
+                self._in_flight, self._started = True, self._started + 1
+                number = self._started
+                self._reads.release()
+                try:
+                    record = self.read()
+                finally:
+                    self._reads.acquire()
+                    self._in_flight, self._finished, self._record = False, number, record
+                    self._reads.notify_all()
+            return self._record
 
     def acquire_or_renew(self) -> bool:
         """Take the lease if free or expired, renew it if ours. Returns True while this controller leads. API
@@ -126,8 +154,11 @@ class KubernetesLease(LeaseTerm):
 
     @contextmanager
     def fenced(self, token: int) -> Iterator[None]:
+        """Go on only while the lease, read now, names this controller with `token`, with the margin to spare. The
+        body runs without the renewal's lock: another process is not held back by it anyway, and a renewal must
+        never wait behind a write."""
+        record = self._read_shared()
         with self._lock:
-            record = self.read()
             if record is None or record.holder != self.me or record.token != token:
                 if token == self.token:
                     self.token = None
@@ -136,7 +167,7 @@ class KubernetesLease(LeaseTerm):
             left = self.renewed_until - self.clock()
             if left < self.margin_s:
                 raise LeaseLost(f"{self.me}'s lease has {left:.2f} s left, under the margin")
-            yield
+        yield
 
     def release(self) -> None:
         with self._lock:
