@@ -101,7 +101,8 @@ def test_the_gpu_nodes_are_ready_nodes_with_their_gpus_and_failure_domains(klab:
     real = api.get(Node, GPU_KUBELET).to_dict()
     assert kubernetes.ready_nodes(api, {kubelets.LAB_LABEL: "true"}) >= {GPU_KUBELET}
     assert real["metadata"]["labels"]["nvidia.com/gpu.present"] == "true"
-    assert {t["key"] for t in real["spec"]["taints"]} == {kubelets.LAB_LABEL, SPARE_TAINT_KEY}  # (gpu5: the spare)
+    # (gpu5 is the spare; the node controller's not-ready taint may still be on it for a moment after Ready)
+    assert {t["key"] for t in real["spec"]["taints"]} >= {kubelets.LAB_LABEL, SPARE_TAINT_KEY}
     nodes[GPU_KUBELET] = real
     domains = {d.name: d for d in klab.spec.failure_domains}
     for name, node in nodes.items():
