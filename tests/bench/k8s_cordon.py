@@ -15,7 +15,7 @@ The safety limits are set to allow the storm (a real storm of this size trips th
 NVSentinel v0.4.0, 150 of 1,500 nodes with the 0-30 s stagger: P50 16.75 s, P90 28.15 s, about 1-2.5 nodes/s;
 375 nodes: P50 91 s (shared/REFERENCE-NUMBERS.md).
 
-Run (root): .venv/bin/python tests/bench/k8s_cordon.py [--nodes 1500] [--failing 150 375]
+Run (root): .venv/bin/python tests/bench/k8s_cordon.py [--nodes 1500] [--failing 150 375] [--parallel 16]
 The last line is `k8s cordon 150/1500: p50 X s p90 Y s p99 Z s, N nodes/s` (no stagger).
 """
 
@@ -58,7 +58,7 @@ STAGGER_S = 30.0
 PARALLEL = 16  # drains at once: the default
 
 
-def controller_config(lab: Lab, nodes: list[str], run: str, port: int) -> dict:
+def controller_config(lab: Lab, nodes: list[str], run: str, port: int, parallel: int = PARALLEL) -> dict:
     """The layer's controller config (k8s_manifests.controller_config) for a process: its own Lease and state
     names per run, so each run starts from nothing."""
     return {
@@ -69,7 +69,7 @@ def controller_config(lab: Lab, nodes: list[str], run: str, port: int) -> dict:
                        "state": {"namespace": NAMESPACE, "prefix": f"bench-{run}"}},
         "pools": {"gpu": {"nodes": nodes}},
         "safety": SAFETY,
-        "parallel_actions": PARALLEL,
+        "parallel_actions": parallel,
     }  # fmt: skip
 
 
@@ -99,11 +99,12 @@ def watch_cordons(api: Client, seen: dict[str, float], stop: threading.Event) ->
             time.sleep(0.1)
 
 
-def one_run(lab: Lab, api: Client, nodes: list[str], failing: int, stagger: bool, tmp: Path) -> dict[str, float]:
+def one_run(lab: Lab, api: Client, nodes: list[str], failing: int, stagger: bool, tmp: Path,
+            parallel: int = PARALLEL) -> dict[str, float]:  # fmt: skip
     run = f"{failing}-{'s' if stagger else 'n'}-{int(time.time())}"
     config = tmp / f"{run}.yaml"
     port = free_port()
-    config.write_text(yaml.safe_dump(controller_config(lab, nodes, run, port)))
+    config.write_text(yaml.safe_dump(controller_config(lab, nodes, run, port, parallel)))
     log = (tmp / f"{run}.log").open("w")
     proc = subprocess.Popen([sys.executable, "-m", "ha_ops", "controller", "run", "--config", str(config)],
                             stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
@@ -189,6 +190,7 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=1500)
     parser.add_argument("--failing", type=int, nargs="+", default=[150, 375])
     parser.add_argument("--keep", action="store_true", help="leave the lab up (and reuse one that is)")
+    parser.add_argument("--parallel", type=int, default=PARALLEL, help="the controller's parallel_actions")
     args = parser.parse_args()
     spec = lab_spec(NAME)
     gpu_nodes = sum(p.count for p in spec.pools)
@@ -206,7 +208,7 @@ def main() -> None:
             print(api_alone(api, nodes, 150), flush=True)
             for failing in args.failing:
                 for stagger in (True, False):
-                    r = one_run(lab, api, nodes, failing, stagger, tmp)
+                    r = one_run(lab, api, nodes, failing, stagger, tmp, args.parallel)
                     results[(failing, stagger)] = r
                     what = "0-30 s stagger" if stagger else "all at once"
                     rate = f", {r['rate']:.0f} nodes/s" if not stagger else ""
