@@ -1,6 +1,7 @@
 """Real Kubernetes nodes in the lab: the spec's `kubernetes.kubelet_nodes` run a kubelet (built from the pinned
 Kubernetes module by scripts/tools.sh) with containerd from Debian, inside the node's own namespaces, so the pods
-bound there run as real containers. KWOK keeps standing in for the GPU nodes, for scale.
+bound there run as real containers. KWOK keeps standing in for the other GPU nodes, for scale; a GPU node named here
+registers itself with the labels KWOK's nodes carry, its fake GPUs advertised, and a taint only the agent tolerates.
 
 Per node, everything lives in its folder (`<node>/k8s`): containerd's root and socket, the kubelet's root, the CNI
 configuration. The places kubelet and the CNI plugins write whatever their configuration says (/var/lib/kubelet for
