@@ -406,12 +406,13 @@ def layer_objects(spec: ClusterSpec, cfg: K8sLayerConfig, controller_config_yaml
         meta: dict[str, Any] = {"name": name, **({"namespace": ns} if namespaced else {}), "labels": labels}
         out.append(LayerObject(key, {"apiVersion": api_version, "kind": kind, "metadata": meta, **fields}))
 
-    def bound_cluster_role(key: str, name: str, labels: dict[str, str], rules: list[dict[str, Any]],
-                           account: str) -> None:  # fmt: skip
-        rbac = "rbac.authorization.k8s.io"
-        add(key, f"{rbac}/v1", "ClusterRole", name, labels, False, rules=rules)
-        add(key, f"{rbac}/v1", "ClusterRoleBinding", name, labels, False,
-            roleRef={"apiGroup": rbac, "kind": "ClusterRole", "name": name},
+    def bound_role(key: str, kind: str, name: str, labels: dict[str, str], rules: list[dict[str, Any]],
+                   account: str) -> None:  # fmt: skip
+        """A Role or ClusterRole (`kind`) with `rules`, bound to the service account `account`."""
+        rbac, namespaced = "rbac.authorization.k8s.io", kind == "Role"
+        add(key, f"{rbac}/v1", kind, name, labels, namespaced, rules=rules)
+        add(key, f"{rbac}/v1", f"{kind}Binding", name, labels, namespaced,
+            roleRef={"apiGroup": rbac, "kind": kind, "name": name},
             subjects=[{"kind": "ServiceAccount", "name": account, "namespace": ns}])  # fmt: skip
 
     add("namespace", "v1", "Namespace", ns, PART_OF, False)
@@ -420,7 +421,8 @@ def layer_objects(spec: ClusterSpec, cfg: K8sLayerConfig, controller_config_yaml
 
     # --- agent ----------------------------------------------------------------------------------------------------
     add("agent-sa", "v1", "ServiceAccount", AGENT, AGENT_LABELS)
-    bound_cluster_role("agent-node-status", f"{AGENT}-node-status", AGENT_LABELS, agent_cluster_role_rules(), AGENT)
+    bound_role("agent-node-status", "ClusterRole", f"{AGENT}-node-status", AGENT_LABELS, agent_cluster_role_rules(),
+               AGENT)  # fmt: skip
     admission = "admissionregistration.k8s.io/v1"
     add("agent-own-node", admission, "ValidatingAdmissionPolicy", f"{AGENT}-own-node", AGENT_LABELS, False,
         spec=agent_node_restriction(cfg))  # fmt: skip
@@ -434,14 +436,10 @@ def layer_objects(spec: ClusterSpec, cfg: K8sLayerConfig, controller_config_yaml
 
     # --- remediation controller -----------------------------------------------------------------------------------
     add("controller-sa", "v1", "ServiceAccount", CONTROLLER, CONTROLLER_LABELS)
-    rbac = "rbac.authorization.k8s.io"
-    add("controller-state", f"{rbac}/v1", "Role", f"{CONTROLLER}-state", CONTROLLER_LABELS,
-        rules=controller_role_rules())  # fmt: skip
-    add("controller-state", f"{rbac}/v1", "RoleBinding", f"{CONTROLLER}-state", CONTROLLER_LABELS,
-        roleRef={"apiGroup": rbac, "kind": "Role", "name": f"{CONTROLLER}-state"},
-        subjects=[{"kind": "ServiceAccount", "name": CONTROLLER, "namespace": ns}])  # fmt: skip
-    bound_cluster_role("controller-nodes", f"{CONTROLLER}-nodes", CONTROLLER_LABELS, controller_cluster_role_rules(),
-                       CONTROLLER)  # fmt: skip
+    bound_role("controller-state", "Role", f"{CONTROLLER}-state", CONTROLLER_LABELS, controller_role_rules(),
+               CONTROLLER)  # fmt: skip
+    bound_role("controller-nodes", "ClusterRole", f"{CONTROLLER}-nodes", CONTROLLER_LABELS,
+               controller_cluster_role_rules(), CONTROLLER)  # fmt: skip
     add("controller-config", "v1", "ConfigMap", CONTROLLER, CONTROLLER_LABELS,
         data={"controller.yaml": controller_config_yaml})  # fmt: skip
     add("controller", "apps/v1", "Deployment", CONTROLLER, CONTROLLER_LABELS, spec={
