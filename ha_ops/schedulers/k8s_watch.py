@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import Any
 
 from lightkube import ApiError, Client
@@ -59,11 +60,14 @@ class WatchCache:
             self._thread = threading.Thread(target=self._run, name=f"watch-{self.resource.__name__}", daemon=True)
             self._thread.start()
 
-    def objects(self, timeout_s: float = 10.0) -> list[dict[str, Any]]:
-        """Every object as last seen (plain dicts); CacheNotSynced before the first list is in."""
+    def _wait_synced(self, timeout_s: float) -> None:
         self.start()
         if not self._synced.wait(timeout_s):
             raise CacheNotSynced(f"the {self.resource.__name__} watch has not listed them yet")
+
+    def objects(self, timeout_s: float = 10.0) -> list[dict[str, Any]]:
+        """Every object as last seen (plain dicts); CacheNotSynced before the first list is in."""
+        self._wait_synced(timeout_s)
         with self._lock:
             return list(self._objects.values())
 
@@ -120,7 +124,7 @@ class WatchCache:
                             self._stored(key, data)
             except Exception as exc:  # the API unreachable: keep the last known objects, try again
                 log.warning("%s watch: %s; listing again", self.resource.__name__, exc)
-                threading.Event().wait(1.0)
+                time.sleep(1.0)
 
 
 class PodCache(WatchCache):
@@ -139,6 +143,6 @@ class PodCache(WatchCache):
             self._by_node.setdefault((obj.get("spec") or {}).get("nodeName") or "", set()).add(key)
 
     def on_node(self, node: str, timeout_s: float = 10.0) -> list[dict[str, Any]]:
-        self.objects(timeout_s)  # (synced)
+        self._wait_synced(timeout_s)  # (not a copy of every pod: this runs for each node described)
         with self._lock:
             return [self._objects[k] for k in self._by_node.get(node, ())]
