@@ -361,8 +361,15 @@ def controllers_fail_over(klab: Lab, api: Client, namespace: str, pods: dict[str
         print(f"\nleader pod {leader} killed (SIGKILL): {standby} held the Lease {takeover_s:.1f} s later")
         assert takeover_s <= 5.0
         assert scheduler.node(faulty).drained  # the state came with it: not returned, not drained again
-    entries = [json.loads(line) for line in AuditLog(ConfigMapDocuments(api, namespace, "ha-ops-controller"))
-               .text().splitlines()]  # fmt: skip
+    audit = AuditLog(ConfigMapDocuments(api, namespace, "ha-ops-controller"))
+
+    def drain_audited() -> list[dict]:
+        # A drain's entry is written with its wave's results: killed within that flush, the old leader wrote none,
+        # and the new one writes it once it has run the pending drain again (finding the node drained).
+        found = [json.loads(line) for line in audit.text().splitlines()]
+        return found if ("drain", faulty) in [(e["what"], e["node"]) for e in found] else []
+
+    entries = wait_for("the drain in the audit log", drain_audited, timeout=10, interval=0.2)
     intents = [e["intent"] for e in entries if e.get("intent")]
     assert len(intents) == len(set(intents)), entries
     assert [(e["what"], e["node"]) for e in entries].count(("drain", faulty)) == 1, entries
