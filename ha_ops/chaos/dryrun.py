@@ -124,6 +124,9 @@ class PlanningCluster:
     def slurm(self):  # -> Slurm
         return self.real.slurm()
 
+    def scheduler(self):  # -> Scheduler (read by probes; no action changes it)
+        return self.real.scheduler()
+
     def http(self, *args: Any, **kwargs: Any) -> tuple[int, bytes]:
         return self.real.http(*args, **kwargs)
 

@@ -3,7 +3,10 @@ experiment's configuration names (ha_ops.chaos.target). Use them as `{"type": "p
 "python", "module": "ha_ops.chaos.probes", "func": NAME, ...}, "tolerance": ...}`.
 
 Slurm is asked from a GPU node (what users' jobs see); Prometheus, Alertmanager, the agents and the remediation
-controllers over HTTP (through the service host's SSH session on a real cluster, ha_ops.cluster.ssh)."""
+controllers over HTTP (through the service host's SSH session on a real cluster, ha_ops.cluster.ssh). The
+scheduler-neutral probes (nodes_in_service, node_state, capacity_in_service, scheduler_responds) ask the scheduler
+the remediation controllers act on, Slurm or Kubernetes (Cluster.scheduler()), in sinfo's words either way: the same
+experiment judges a Slurm cluster and a Kubernetes one."""
 
 from __future__ import annotations
 
@@ -23,6 +26,7 @@ __all__ = [
     "agent_verdict",
     "alert_firing",
     "alertmanager_alert_active",
+    "capacity_in_service",
     "controller_phase",
     "controller_took_out",
     "ecmp_paths",
@@ -31,12 +35,15 @@ __all__ = [
     "job_runs",
     "job_state",
     "monitoring_outage_seen",
+    "node_state",
+    "nodes_in_service",
     "prometheus_query",
     "reachable",
     "remediation_leader",
     "remediation_lease_holder",
     "rollout_fleet_as_before",
     "rollout_phase",
+    "scheduler_responds",
     "slurm_controller_responds",
     "slurm_controller_status",
     "slurm_node_state",
@@ -113,16 +120,7 @@ def slurm_node_state(node: str, configuration: Configuration = None) -> str:
 
 def _slurm_problems(cluster: Cluster) -> list[str]:
     states = _node_states(cluster)
-    if states is None:
-        return ["no Slurm controller answers"]
-    problems = []
-    for node in cluster.layout.nodes_with_role("gpu"):
-        state = states.get(node.name)
-        if state is None:
-            problems.append(f"{node.name}: not in sinfo")
-        elif state not in (*IN_SERVICE, "completing"):
-            problems.append(f"{node.name}: {state}")
-    return problems
+    return ["no Slurm controller answers"] if states is None else _out_of_service(cluster, states)
 
 
 def slurm_nodes_in_service(within_s: float = 0.0, configuration: Configuration = None) -> bool:
@@ -131,6 +129,64 @@ def slurm_nodes_in_service(within_s: float = 0.0, configuration: Configuration =
     of a fixed pause before an instant check that fails whenever recovery takes a little longer than the pause."""
     cluster = _cluster(configuration)
     return _within(within_s, lambda: not _slurm_problems(cluster))
+
+
+def _scheduler_states(cluster: Cluster) -> dict[str, str] | None:
+    """Node -> state in sinfo's words from the controllers' scheduler, or None while it does not answer."""
+    try:
+        return {name: state for name, (state, _) in cluster.scheduler().node_states_and_reasons().items()}
+    except HaOpsError:
+        return None
+
+
+def scheduler_responds(configuration: Configuration = None) -> bool:
+    """True when the scheduler the remediation controllers act on (Slurm or Kubernetes) answers."""
+    return _scheduler_states(_cluster(configuration)) is not None
+
+
+def _gpu_node_problems(cluster: Cluster) -> list[str]:
+    states = _scheduler_states(cluster)
+    if states is None:
+        return [f"{cluster.spec.scheduler} does not answer"]
+    return _out_of_service(cluster, states)
+
+
+def _out_of_service(cluster: Cluster, states: dict[str, str]) -> list[str]:
+    problems = []
+    for node in cluster.layout.nodes_with_role("gpu"):
+        state = states.get(node.name)
+        if state is None:
+            problems.append(f"{node.name}: unknown to {cluster.spec.scheduler}")
+        elif state not in (*IN_SERVICE, "completing"):
+            problems.append(f"{node.name}: {state}")
+    return problems
+
+
+def nodes_in_service(within_s: float = 0.0, configuration: Configuration = None) -> bool:
+    """slurm_nodes_in_service for whichever scheduler the controllers act on: every GPU node idle, allocated or
+    mixed (on Kubernetes: Ready, not cordoned, not tainted down), now or within `within_s`."""
+    cluster = _cluster(configuration)
+    return _within(within_s, lambda: not _gpu_node_problems(cluster))
+
+
+def node_state(node: str, configuration: Configuration = None) -> str:
+    """The node's state in sinfo's words (idle, drained, down*, ...) from the controllers' scheduler."""
+    return (_scheduler_states(_cluster(configuration)) or {}).get(node, "unknown")
+
+
+def capacity_in_service(configuration: Configuration = None) -> bool:
+    """gpu_capacity_in_service for whichever scheduler the controllers act on: the pool that takes work (Slurm's
+    partition; on Kubernetes the pool without its spare-tainted nodes) has at least as many nodes in service as the
+    pools have non-spare nodes, spares standing in for nodes that are out."""
+    cluster = _cluster(configuration)
+    wanted = sum(1 for n in cluster.layout.nodes_with_role("gpu") if not n.spare)
+    try:
+        scheduler = cluster.scheduler()
+        working = scheduler.partition_nodes(cluster.spec.gpu_partition)
+        states = {name: state for name, (state, _) in scheduler.node_states_and_reasons().items()}
+    except HaOpsError:
+        return False
+    return sum(1 for name in working if states.get(name) in IN_SERVICE) >= wanted
 
 
 def job_state(job_id: str, configuration: Configuration = None) -> str:

@@ -4,16 +4,20 @@ namespaces, for the fast tests). See docs/architecture.md, "The cluster port".""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from ha_ops.cluster.ops import Op
 from ha_ops.errors import SpecError
+from ha_ops.schedulers.base import Scheduler
 from ha_ops.schedulers.slurm import Slurm
 from ha_ops.spec.layout import Layout
 from ha_ops.spec.model import ClusterSpec
 from ha_ops.util.proc import CommandResult
+
+if TYPE_CHECKING:
+    from lightkube import Client
 
 # What a node may be able to do; an operation needing a capability the node lacks is refused before anything is
 # journaled or injected (ha_ops.cluster.ops.capability names the one each operation needs).
@@ -67,6 +71,11 @@ class Cluster(Protocol):
 
     def slurm(self) -> Slurm: ...
 
+    def scheduler(self) -> Scheduler:
+        """The scheduler the remediation controllers act on (the spec's `remediation.scheduler`): Slurm, as slurm(),
+        or the Kubernetes API as the operator reaches it. Probes judge nodes in service through it."""
+        ...
+
     def http(
         self, service: Service, path: str, *, host: str | None = None, method: str = "GET", body: bytes | None = None,
         timeout: float = 5.0,
@@ -88,3 +97,28 @@ def service_endpoint(spec: ClusterSpec, layout: Layout, service: Service, host: 
         return host or layout.nodes_with_role("controller")[0].name, spec.remediation.port
     mon = spec.monitoring
     return host or mon.host.name, mon.prometheus_port if service == "prometheus" else mon.alertmanager_port
+
+
+class ClusterScheduler:
+    """A cluster's scheduler(), opened on first use and closed with the cluster: Slurm through `slurm`, or a
+    Kubernetes client for `kubeconfig()` (None: $KUBECONFIG or ~/.kube/config, as kubectl finds it)."""
+
+    def __init__(self, spec: ClusterSpec, slurm: Callable[[], Slurm], kubeconfig: Callable[[], Path | None]) -> None:
+        self.spec = spec
+        self._slurm = slurm
+        self._kubeconfig = kubeconfig
+        self._client: Client | None = None
+
+    def get(self) -> Scheduler:
+        if self.spec.scheduler == "slurm":
+            return self._slurm()
+        from ha_ops.schedulers.kubernetes import KubernetesOptions, KubernetesScheduler, client_from_kubeconfig
+
+        if self._client is None:
+            self._client = client_from_kubeconfig(self._kubeconfig())
+        return KubernetesScheduler(self._client, KubernetesOptions(pool=self.spec.gpu_partition))
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None

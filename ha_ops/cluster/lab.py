@@ -11,15 +11,16 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ha_ops.cluster import commands
-from ha_ops.cluster.base import MASKED, Service, service_endpoint
+from ha_ops.cluster.base import MASKED, ClusterScheduler, Service, service_endpoint
 from ha_ops.cluster.gpu import CapabilityMissing
 from ha_ops.cluster.ops import FilterOp, GpuOp, LinkOp, Op, PowerOp, QdiscOp, ServiceOp, capability, describe
 from ha_ops.cluster.rollouts import DriverRollouts, RolloutSite
 from ha_ops.errors import SpecError
-from ha_ops.lab import netns
+from ha_ops.lab import kubernetes, netns
 from ha_ops.lab.cluster import Lab
 from ha_ops.lab.http import http_get, http_post
 from ha_ops.lab.node import LabNode
+from ha_ops.schedulers.base import Scheduler
 from ha_ops.schedulers.slurm import Slurm
 from ha_ops.storage.checks import StorageChecks, replicas_of
 from ha_ops.util.proc import CommandResult, run
@@ -115,6 +116,7 @@ class LabCluster:
         self.layout = lab.ctx.layout
         self.production = lab.spec.production
         self.journal_dir: Path = lab.paths.root
+        self._scheduler = ClusterScheduler(lab.spec, self.slurm, lambda: kubernetes.kubeconfig_path(lab.ctx))
 
     @classmethod
     def named(cls, name: str) -> LabCluster:
@@ -142,8 +144,11 @@ class LabCluster:
             return http_get(where, url, timeout=timeout)
         return http_post(where, url, body or b"", timeout=timeout)
 
+    def scheduler(self) -> Scheduler:
+        return self._scheduler.get()
+
     def close(self) -> None:
-        return None
+        self._scheduler.close()
 
     # --- the lab's own extras ---------------------------------------------------------------------------------
     @property

@@ -15,7 +15,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from ha_ops.cluster import commands
-from ha_ops.cluster.base import MASKED, Service, service_endpoint
+from ha_ops.cluster.base import MASKED, ClusterScheduler, Service, service_endpoint
 from ha_ops.cluster.commands import Command
 from ha_ops.cluster.gpu import CapabilityMissing, DcgmInjector, FakeBackendInjector, GpuInjector
 from ha_ops.cluster.inventory import Inventory, InventoryHost
@@ -23,6 +23,7 @@ from ha_ops.cluster.ops import FilterOp, GpuOp, LinkOp, Op, PowerOp, QdiscOp, Se
 from ha_ops.cluster.power import PowerBackend, backend, password
 from ha_ops.cluster.rollouts import DriverRollouts, RolloutSite
 from ha_ops.errors import CommandFailed, HaOpsError, SpecError, TransportError
+from ha_ops.schedulers.base import Scheduler
 from ha_ops.schedulers.slurm import Slurm
 from ha_ops.spec.layout import compute_layout
 from ha_ops.spec.model import ClusterSpec
@@ -176,6 +177,7 @@ class SshCluster:
         self.journal_dir = journal_dir or state_dir(spec.name)
         self._nodes: dict[str, SshNode] = {}
         self._lock = threading.Lock()  # a game day's watcher and its experiment ask for nodes at once
+        self._scheduler = ClusterScheduler(spec, self.slurm, self._kubeconfig)
 
     def hosts(self) -> list[str]:
         return list(self.inventory.hosts)
@@ -235,6 +237,14 @@ class SshCluster:
     def slurm(self) -> Slurm:
         # Slurm's clients on a compute node: what users' jobs see, and it answers whichever controller leads.
         return Slurm(self.node(self._first("gpu")).transport, timeout=15)
+
+    def scheduler(self) -> Scheduler:
+        return self._scheduler.get()
+
+    def _kubeconfig(self) -> Path | None:
+        """The inventory's `ha_ops_kubeconfig` (relative to the inventory file), else kubectl's own."""
+        value = self.cluster_var("ha_ops_kubeconfig")
+        return (self.inventory.source.parent / Path(value).expanduser()).resolve() if value else None
 
     def http(
         self, service: Service, path: str, *, host: str | None = None, method: str = "GET", body: bytes | None = None,
@@ -296,6 +306,7 @@ class SshCluster:
             return RolloutSite.model_fields["state_dir"].default
 
     def close(self) -> None:
+        self._scheduler.close()
         for node in self._nodes.values():
             node.transport.close()
             if node.power is not None:

@@ -196,11 +196,14 @@ class Lab:
         self._ensure_services(state, [systemctl.supervisor_service(ctx), bmc.service(ctx)])
         self._ensure_services(state, slurm.slurm_services(ctx))
         self._ensure_services(state, monitoring.monitoring_services(ctx))
-        self._ensure_services(state, controllers.controller_services(ctx))
+        if not kubernetes.controllers_use_it(ctx):  # (else once their API is ready, below)
+            self._ensure_services(state, controllers.controller_services(ctx))
         self._ensure_services(state, agents.agent_services(ctx))
         if kubernetes.enabled(ctx):
-            progress("starting Kubernetes (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, KWOK)")
-            self._ensure_services(state, kubernetes.services(ctx))
+            progress(
+                "starting Kubernetes (etcd, kube-apiserver; its controller manager, scheduler and KWOK once it is up)"
+            )
+            self._ensure_services(state, kubernetes.api_services(ctx) + kubelets.relay_services(ctx))
             self._ensure_kubelet_runtimes(state, progress)
 
         deadline = time.monotonic() + timeout
@@ -217,22 +220,26 @@ class Lab:
         wait_for("every slurmctld answering", lambda: self._every_slurmctld_answers(state),
                  timeout=max(1.0, deadline - time.monotonic()), interval=0.5)  # fmt: skip
         if kubernetes.enabled(ctx):
-            self._ensure_kubernetes_nodes(progress, deadline)
+            self._ensure_kubernetes_nodes(state, progress, deadline)
+            if kubernetes.controllers_use_it(ctx):
+                progress("starting the remediation controllers (on Kubernetes)")
+                self._ensure_services(state, controllers.controller_services(ctx))
         progress("waiting for Prometheus, Alertmanager, sshd and the agents")
         wait_for("monitoring and sshd ready", lambda: not self.endpoint_problems(),
                  timeout=max(1.0, deadline - time.monotonic()), interval=0.1)  # fmt: skip
 
-    def _ensure_kubernetes_nodes(self, progress: Progress, deadline: float) -> None:
+    def _ensure_kubernetes_nodes(self, state: LabState, progress: Progress, deadline: float) -> None:
         with kubernetes.client(self.ctx) as api:
-            self._register_kubernetes_nodes(api, progress, deadline)
+            self._register_kubernetes_nodes(api, state, progress, deadline)
+            kubernetes.grant_controllers(self.ctx, api)
             if kubelets.names(self.ctx):
                 wait_for("every kubelet node Ready", lambda: not kubelets.problems(api, self.ctx),
                          timeout=max(60.0, deadline - time.monotonic()), interval=0.5)  # fmt: skip
                 kubelets.advertise_gpus(api, self.ctx)
 
     def _ensure_kubelet_runtimes(self, state: LabState, progress: Progress) -> None:
-        """containerd and the API relay first, the pause image in each runtime, then the kubelets (a kubelet that
-        found no pause image would fail its first pods)."""
+        """containerd first (the API relay is already up), the pause image in each runtime, then the kubelets (a
+        kubelet that found no pause image would fail its first pods)."""
         ctx = self.ctx
         if not kubelets.names(ctx):
             return
@@ -243,7 +250,7 @@ class Lab:
         kubelets.ensure_pause_image(ctx)
         self._ensure_services(state, kubelets.kubelet_services(ctx))
 
-    def _register_kubernetes_nodes(self, api: Client, progress: Progress, deadline: float) -> None:
+    def _register_kubernetes_nodes(self, api: Client, state: LabState, progress: Progress, deadline: float) -> None:
         progress("waiting for the Kubernetes API")
         # The API server's first start creates its RBAC bootstrap and priority levels: allow it a minute of its own.
         wait_for(
@@ -252,8 +259,9 @@ class Lab:
             timeout=max(60.0, deadline - time.monotonic()),
             interval=0.25,
         )
+        self._ensure_services(state, kubernetes.component_services(self.ctx))
         total = len(kubernetes.gpu_nodes(self.ctx))
-        progress(f"Kubernetes API ready; registering the {total} GPU nodes with KWOK")
+        progress(f"Kubernetes API ready; controller manager, scheduler and KWOK started; registering {total} GPU nodes")
         created = kubernetes.register_nodes(self.ctx, api)
         progress(f"registered {created} new KWOK GPU node(s); waiting for all {total} to be Ready")
         wait_for("every KWOK GPU node Ready", lambda: not kubernetes.problems(self.ctx, api),

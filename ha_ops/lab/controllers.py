@@ -7,7 +7,7 @@ from pathlib import Path
 
 import yaml
 
-from ha_ops.lab import storage
+from ha_ops.lab import kubernetes, storage
 from ha_ops.lab.context import LabContext, ServiceDef
 from ha_ops.lab.paths import NODE_DIR
 from ha_ops.lab.sshd import client_key, known_hosts
@@ -51,21 +51,32 @@ def render_config(ctx: LabContext, node: str) -> dict:
 
     rem = ctx.spec.remediation
     assert rem is not None
-    slurm = ctx.spec.schedulers.slurm
-    assert slurm is not None
     pools: dict[str, dict[str, list[str]]] = {}
     for n in ctx.layout.nodes_with_role("gpu"):
         pool = pools.setdefault(n.pool or "gpu", {"nodes": [], "spares": []})
         pool["spares" if n.spare else "nodes"].append(n.name)
     python = sys.executable
     fake = NODE_DIR / "gpus"
+    if kubernetes.controllers_use_it(ctx):
+        # As infra/k8s configures the controller pods: the Kubernetes scheduler, lease and state in the API.
+        namespaced = {"namespace": kubernetes.CONTROLLER_NAMESPACE}
+        where: dict = {"scheduler": "kubernetes", "kubernetes": {
+            "kubeconfig": str(kubernetes.controller_kubeconfig_path(ctx)), "eviction_timeout_s": 5.0,
+            "lease": namespaced, "state": namespaced}}  # fmt: skip
+    else:  # Lab nodes share one process namespace: the fence kills exactly this node's slurmctld (its pid file).
+        where = {"state_dir": str(state_dir(ctx)), "slurm_fence": {
+            "after_s": 5.0,
+            "command": _LAB_FENCE.format(pidfile=NODE_DIR / "slurmctld.pid"),
+            # A primary ssh cannot reach (cut off from the network) goes off through its BMC (ha_ops.lab.bmc).
+            "power_off_command": f"{python} -m ha_ops power off {{node}} --inventory {ssh_inventory_path(ctx)}",
+        }}  # fmt: skip
     return {
         "id": node,
         "listen_address": str(ctx.layout.node(node).address),
         "port": rem.port,
         "peers": base_urls(ctx),
-        "state_dir": str(state_dir(ctx)),
-        "partition": slurm.partition,
+        **where,
+        "partition": ctx.spec.gpu_partition,
         "pools": pools,
         "safety": {
             "breaker_max_nodes": rem.breaker_max_nodes,
@@ -85,13 +96,6 @@ def render_config(ctx: LabContext, node: str) -> dict:
         # controller that hears only its own side's agents (a leaf cut off) hears each of them within it. At 4 s the
         # leader on a cut-off leaf's other side stepped down when its side's two agents were quiet for 4 s.
         "blind_after_s": 8.0,
-        # Lab nodes share one process namespace: fence exactly this node's slurmctld, through its own pid file.
-        "slurm_fence": {
-            "after_s": 5.0,
-            "command": _LAB_FENCE.format(pidfile=NODE_DIR / "slurmctld.pid"),
-            # A primary ssh cannot reach (cut off from the network) goes off through its BMC (ha_ops.lab.bmc).
-            "power_off_command": f"{python} -m ha_ops power off {{node}} --inventory {ssh_inventory_path(ctx)}",
-        },
         "monitoring": {
             "prometheus_url": monitoring.prometheus_url(ctx),
             "alertmanager_url": monitoring.alertmanager_url(ctx),

@@ -39,7 +39,6 @@ from ha_ops.util.proc import run
 from ha_ops.util.tools import TOOLS_BIN, MissingTool, tool
 
 POD_CIDR = ipaddress.IPv4Network("10.245.0.0/16")
-SERVICE_PORT = 443
 K8S_NAMESPACE = "k8s.io"  # containerd's namespace for the CRI's images and containers
 PAUSE_IMAGE = "localhost/ha-ops/pause:lab"
 # Built by `make setup` (scripts/image.sh --pause): no registry serves registry.k8s.io/pause here.
@@ -63,11 +62,6 @@ def folder(ctx: LabContext, node: str) -> Path:
 
 def runtime_socket(ctx: LabContext, node: str) -> Path:
     return folder(ctx, node) / "containerd.sock"
-
-
-def service_ip(ctx: LabContext) -> str:
-    assert ctx.spec.kubernetes is not None
-    return str(next(ctx.spec.kubernetes.service_cidr.hosts()))
 
 
 def pod_subnet(ctx: LabContext, node: str) -> ipaddress.IPv4Network:
@@ -109,7 +103,7 @@ def prepare(ctx: LabContext) -> None:
         return
     pki = kubernetes.folder(ctx) / "pki"
     ca = LabCA(pki)
-    server = f"https://{service_ip(ctx)}:{SERVICE_PORT}"
+    server = kubernetes.in_node_server(ctx)
     for node in names(ctx):
         base = folder(ctx, node)
         for sub in ("cni", "kubelet", "containerd", *(p.strip("/").replace("/", "-") for p in PRIVATE_DIRS)):
@@ -194,11 +188,24 @@ def _cni_config(ctx: LabContext, node: str) -> dict:
     }  # fmt: skip
 
 
+def api_nodes(ctx: LabContext) -> list[str]:
+    """The nodes that reach the API through the `kubernetes` Service's address: the kubelet nodes, and the controller
+    nodes when the lab's remediation controllers act on Kubernetes."""
+    if not kubernetes.enabled(ctx):
+        return []
+    controllers = (
+        [n.name for n in ctx.layout.nodes_with_role("controller")] if kubernetes.controllers_use_it(ctx) else []
+    )
+    return [*names(ctx), *(n for n in controllers if n not in names(ctx))]
+
+
 def network(ctx: LabContext, state: LabState) -> None:
-    """On each kubelet node: the Service address on loopback, forwarding for its pods, and the private folders."""
+    """On each node that reaches the API: the Service address on loopback. On each kubelet node also forwarding for
+    its pods, and the private folders."""
+    for node in api_nodes(ctx):
+        netns.ip("addr", "replace", f"{kubernetes.service_ip(ctx)}/32", "dev", "lo", netns=ctx.netns(node))
     for node in names(ctx):
         ns = ctx.netns(node)
-        netns.ip("addr", "replace", f"{service_ip(ctx)}/32", "dev", "lo", netns=ns)
         netns.sysctl(ns, "net.ipv4.ip_forward", "1")
         holder = state.nodes[node].holder_pid
         assert holder is not None
@@ -215,16 +222,21 @@ def network(ctx: LabContext, state: LabState) -> None:
                 transport.run(["mount", "--bind", str(private), path], check=True, timeout=5)
 
 
-def runtime_services(ctx: LabContext) -> list[ServiceDef]:
-    """containerd on each kubelet node, and the API relay (started before the kubelets, which need both)."""
-    if not names(ctx):
+def relay_services(ctx: LabContext) -> list[ServiceDef]:
+    """The API relay: the Service address on every node of api_nodes, to the API server on this machine's loopback
+    (started before the kubelets and the controllers that need it)."""
+    if not api_nodes(ctx):
         return []
     relay = [sys.executable, "-m", "ha_ops.lab.api_proxy", "--target",
              f"{kubernetes.LOOPBACK}:{ctx.spec.kubernetes.api_port}"]  # type: ignore[union-attr]  # fmt: skip
-    for node in names(ctx):
-        relay += ["--listen", f"{ctx.netns(node)}={service_ip(ctx)}:{SERVICE_PORT}"]
-    logs = ctx.paths.host_logs
-    out = [ServiceDef("host", "kube-api-proxy", relay, logs / "kube-api-proxy.log")]
+    for node in api_nodes(ctx):
+        relay += ["--listen", f"{ctx.netns(node)}={kubernetes.service_ip(ctx)}:{kubernetes.SERVICE_PORT}"]
+    return [ServiceDef("host", "kube-api-proxy", relay, ctx.paths.host_logs / "kube-api-proxy.log")]
+
+
+def runtime_services(ctx: LabContext) -> list[ServiceDef]:
+    """containerd on each kubelet node."""
+    out = []
     for node in names(ctx):
         argv = ["containerd", "--config", str(folder(ctx, node) / "containerd.toml")]
         out.append(ServiceDef(node, "containerd", argv, ctx.node_dir(node) / "log" / "containerd.log"))

@@ -2,7 +2,12 @@
 kube-scheduler on loopback, built by scripts/tools.sh. TLS everywhere from the lab's CA (etcd too), RBAC on, each
 component with its own client certificate, and an admin kubeconfig at <lab>/kubeconfig. KWOK stands in for the
 kubelets: the spec's GPU nodes are registered as Nodes with their GPUs (`nvidia.com/gpu`) and failure-domain labels,
-KWOK keeps them Ready and turns pods bound to them Running."""
+KWOK keeps them Ready and turns pods bound to them Running: KWOK is their kubelet, so a GPU node the lab's BMC powers
+off leaves KWOK's care (`power`) and the node lifecycle controller finds it gone, as it would a real one.
+
+With `remediation.scheduler: kubernetes` the lab's remediation controllers act through this API as their own user
+(`ha-ops:controller`, with exactly the RBAC infra/k8s gives the controller's service account), lease and state kept
+in the API; they reach it through the relay on their nodes (ha_ops.lab.kubelets)."""
 
 from __future__ import annotations
 
@@ -24,12 +29,21 @@ from ha_ops.spec.layout import NodeLayout
 from ha_ops.util.atomic import write_atomic
 from ha_ops.util.tools import tool
 
-KWOK_ANNOTATION = "kwok.x-k8s.io/node"
+# KWOK manages the Nodes with this label at "fake"; the lab's BMC sets it to "powered-off" for a node it powers off.
+# A label, not KWOK's usual annotation: KWOK 0.8 drops a node that leaves its label selector but keeps renewing the
+# lease of one whose annotation changed.
+KWOK_LABEL = "kwok.x-k8s.io/node"
 ZONE_LABEL = "topology.kubernetes.io/zone"
 RACK_LABEL = "topology.ha-ops.io/rack"
 DOMAIN_LABEL = "topology.ha-ops.io/failure-domain"
 GPU_RESOURCE = "nvidia.com/gpu"
 LOOPBACK = "127.0.0.1"
+SERVICE_PORT = 443
+CONTROLLER_USER = "ha-ops:controller"
+CONTROLLER_NAMESPACE = "ha-ops"
+# Lab timing, as the controllers' LAB_LADDER: a node whose kubelet stopped is NotReady after 20 s, not the default
+# 50 s. Kubelets and KWOK renew their node leases every 10 s (a quarter of 40 s), so two renewals must be missed.
+NODE_MONITOR_GRACE = "20s"
 
 
 def enabled(ctx: LabContext) -> bool:
@@ -43,6 +57,26 @@ def folder(ctx: LabContext) -> Path:
 def kubeconfig_path(ctx: LabContext) -> Path:
     """The admin kubeconfig (group system:masters), for people and tests."""
     return ctx.paths.root / "kubeconfig"
+
+
+def service_ip(ctx: LabContext) -> str:
+    """The `kubernetes` Service's address, on the loopback of each node that reaches the API (ha_ops.lab.kubelets)."""
+    assert ctx.spec.kubernetes is not None
+    return str(next(ctx.spec.kubernetes.service_cidr.hosts()))
+
+
+def in_node_server(ctx: LabContext) -> str:
+    """The API as a node of the lab reaches it: the Service address, relayed to the API server."""
+    return f"https://{service_ip(ctx)}:{SERVICE_PORT}"
+
+
+def controllers_use_it(ctx: LabContext) -> bool:
+    """Whether the lab's remediation controllers act on Kubernetes (`remediation.scheduler: kubernetes`)."""
+    return enabled(ctx) and ctx.spec.remediation is not None and ctx.spec.scheduler == "kubernetes"
+
+
+def controller_kubeconfig_path(ctx: LabContext) -> Path:
+    return folder(ctx) / "controller.kubeconfig"
 
 
 def _ports(ctx: LabContext) -> tuple[int, int]:
@@ -72,8 +106,7 @@ def prepare(ctx: LabContext) -> None:
     pki = folder(ctx) / "pki"
     ca = LabCA(pki)
     ca.ensure(f"ha-ops lab {ctx.spec.name} CA")
-    service_ip = str(next(ctx.spec.kubernetes.service_cidr.hosts()))
-    names = (LOOPBACK, "localhost", service_ip, "kubernetes", "kubernetes.default", "kubernetes.default.svc")
+    names = (LOOPBACK, "localhost", service_ip(ctx), "kubernetes", "kubernetes.default", "kubernetes.default.svc")
     ca.issue("apiserver", "kube-apiserver", server_names=names, client=False)
     ca.issue("etcd", "etcd", server_names=(LOOPBACK, "localhost"), client=False)
     ca.issue("apiserver-etcd-client", "kube-apiserver-etcd-client")
@@ -83,10 +116,65 @@ def prepare(ctx: LabContext) -> None:
         config = kubeconfig(api_server(ctx), ca.paths.cert, cert.cert, cert.key, user)
         path = kubeconfig_path(ctx) if name == "admin" else folder(ctx) / f"{name}.kubeconfig"
         write_atomic(path, yaml.safe_dump(config, sort_keys=False), mode=0o600)
+    if controllers_use_it(ctx):
+        cert = ca.issue("client-controller", CONTROLLER_USER)
+        config = kubeconfig(in_node_server(ctx), ca.paths.cert, cert.cert, cert.key, CONTROLLER_USER)
+        write_atomic(controller_kubeconfig_path(ctx), yaml.safe_dump(config, sort_keys=False), mode=0o600)
+
+
+def grant_controllers(ctx: LabContext, api: Client) -> None:
+    """The controllers' namespace and their user's RBAC: the very rules infra/k8s binds to the controller's service
+    account (nodes, pods, evictions, jobs cluster-wide; its Lease and ConfigMaps in its namespace)."""
+    if not controllers_use_it(ctx):
+        return
+    from ha_ops.iac.k8s_manifests import controller_cluster_role_rules, controller_role_rules
+
+    rbac = "rbac.authorization.k8s.io"
+    subjects = [{"apiGroup": rbac, "kind": "User", "name": CONTROLLER_USER}]
+    objects: list[dict[str, Any]] = [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": CONTROLLER_NAMESPACE}}
+    ]
+    for kind, rules in (("Role", controller_role_rules()), ("ClusterRole", controller_cluster_role_rules())):
+        meta = {"name": "ha-ops-lab-controller", **({"namespace": CONTROLLER_NAMESPACE} if kind == "Role" else {})}
+        objects += [{"apiVersion": f"{rbac}/v1", "kind": kind, "metadata": meta, "rules": rules},
+                    {"apiVersion": f"{rbac}/v1", "kind": f"{kind}Binding", "metadata": meta, "subjects": subjects,
+                     "roleRef": {"apiGroup": rbac, "kind": kind, "name": meta["name"]}}]  # fmt: skip
+    for obj in objects:
+        api.apply(codecs.from_dict(obj), force=True)
+
+
+def kwok_node(ctx: LabContext, name: str) -> bool:
+    """A GPU node whose kubelet KWOK plays (not one with a real kubelet)."""
+    assert ctx.spec.kubernetes is not None
+    layout = {n.name: n for n in ctx.layout.nodes_with_role("gpu")}
+    return name in layout and name not in ctx.spec.kubernetes.kubelet_nodes
+
+
+def power(ctx: LabContext, name: str, on: bool) -> None:
+    """A KWOK node's power, as its kubelet would follow it: off, KWOK stops managing the node (no lease renewals, no
+    status), so the node lifecycle controller marks it NotReady after its grace period and taints it unreachable, as
+    for a real node that died; on, KWOK takes it back and it is Ready again. Nothing for other nodes (a real
+    kubelet dies with its node's processes)."""
+    if not enabled(ctx) or not kwok_node(ctx, name):
+        return
+    patch = {"metadata": {"labels": {KWOK_LABEL: "fake" if on else "powered-off"}}}
+    with client(ctx, timeout=10) as api:
+        api.patch(Node, name, patch)
+
+
+def api_services(ctx: LabContext) -> list[ServiceDef]:
+    """etcd and the API server (etcd first: the API server waits for it)."""
+    return services(ctx)[:2]
+
+
+def component_services(ctx: LabContext) -> list[ServiceDef]:
+    """The controller manager, the scheduler and KWOK: started once the API server's RBAC bootstrap is done (api_ready).
+    A controller manager started before it gives up after 10 s of 403 from /healthz and exits for good."""
+    return services(ctx)[2:]
 
 
 def services(ctx: LabContext) -> list[ServiceDef]:
-    """The control plane and KWOK, as root-namespace daemons on loopback (etcd first: the API server waits for it)."""
+    """The control plane and KWOK, as root-namespace daemons on loopback, in start order."""
     if not enabled(ctx):
         return []
     assert ctx.spec.kubernetes is not None
@@ -127,11 +215,12 @@ def services(ctx: LabContext) -> list[ServiceDef]:
         "controller-manager", "kube-controller-manager",
         f"--service-account-private-key-file={pki / 'sa.key'}", f"--root-ca-file={pki / 'ca.crt'}",
         "--use-service-account-credentials=true", f"--cert-dir={k8s / 'controller-manager-certs'}",
+        f"--node-monitor-grace-period={NODE_MONITOR_GRACE}", "--node-monitor-period=2s",
     )  # fmt: skip
     scheduler = component("scheduler", "kube-scheduler")
     kwok = [
         str(tool("kwok")), f"--kubeconfig={k8s / 'kwok.kubeconfig'}", f"--config={tool('kwok-stages.yaml')}",
-        "--manage-all-nodes=false", f"--manage-nodes-with-annotation-selector={KWOK_ANNOTATION}=fake",
+        "--manage-all-nodes=false", f"--manage-nodes-with-label-selector={KWOK_LABEL}=fake",
         f"--node-ip={LOOPBACK}", "--cidr=10.244.0.1/16", f"--server-address={LOOPBACK}:{api_port + 2}",
         "--node-lease-duration-seconds=40",
     ]  # fmt: skip
@@ -198,8 +287,9 @@ def node_object(node: NodeLayout, domain_labels: dict[str, str], pool: str) -> d
         "kind": "Node",
         "metadata": {
             "name": node.name,
-            "annotations": {KWOK_ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0"},
+            "annotations": {"node.alpha.kubernetes.io/ttl": "0"},
             "labels": {
+                KWOK_LABEL: "fake",
                 "kubernetes.io/hostname": node.name,
                 "kubernetes.io/os": "linux",
                 "kubernetes.io/arch": "amd64",

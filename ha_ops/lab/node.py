@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from ha_ops.errors import LabError
 from ha_ops.gpu.fake import FakeGpus
-from ha_ops.lab import netns, process
+from ha_ops.lab import kubernetes, netns, process
 from ha_ops.lab.agents import gpu_dir
 from ha_ops.lab.fabric import HOST_IF
 from ha_ops.lab.state import LabState, ServiceState, service_key
@@ -175,6 +175,7 @@ class LabNode:
                 process.signal_pid(pid, signal.SIGKILL)
         for interface in self.interfaces():
             self.link_down(interface)
+        kubernetes.power(self.lab.ctx, self.name, on=False)  # a KWOK node's kubelet dies with it
 
     def power_is_on(self) -> bool:
         """What the node's BMC reports: on unless powered off (and not booted again since)."""
@@ -201,6 +202,7 @@ class LabNode:
         for service in self.services():
             if not self.is_masked(service):
                 self.start(service)
+        kubernetes.power(self.lab.ctx, self.name, on=True)
         self._off_marker.unlink(missing_ok=True)
 
     # --- links ----------------------------------------------------------------------------------------------

@@ -308,7 +308,8 @@ def on_tick(
         newly_lost = lost and (not rec.lost or rec.name in state.deferred)
         rec.slurm_state, rec.lost = slurm_state, lost
         if newly_lost and not rec.phase.out_of_service:
-            why = f"lost: Slurm reports it {slurm_state}" + (", its agent is silent" if silent else "")
+            who = "Kubernetes" if config.scheduler == "kubernetes" else "Slurm"
+            why = f"lost: {who} reports it {slurm_state}" + (", its agent is silent" if silent else "")
             taken = take_out_of_service(
                 state, rec, why, "reboot_node", [], config, now, token, lost=True, jobs=view.jobs
             )

@@ -163,6 +163,9 @@ class Remediation(StrictModel):
     min_healthy_fraction: float = Field(default=0.5, ge=0, le=1)
     max_cordons_per_minute: int = Field(default=10, ge=1)
     opt_out: list[HostName] = Field(default_factory=list)
+    # Whose nodes and jobs the controllers act on: Slurm's, or (with a `kubernetes` section) Kubernetes', their
+    # lease and state then kept in the API. Game days and runbook checks judge the same scheduler.
+    scheduler: Literal["slurm", "kubernetes"] = "slurm"
 
 
 class Kubernetes(StrictModel):
@@ -220,6 +223,11 @@ class ClusterSpec(StrictModel):
     def gpu_partition(self) -> str:
         """Where the GPU nodes' work runs: the Slurm partition, which is also their `ha-ops.io/pool` on Kubernetes."""
         return self.schedulers.slurm.partition if self.schedulers.slurm else "gpu"
+
+    @property
+    def scheduler(self) -> Literal["slurm", "kubernetes"]:
+        """The scheduler whose nodes the remediation controllers act on, and so the one game days judge."""
+        return self.remediation.scheduler if self.remediation is not None else "slurm"
 
     def domain(self, name: str) -> FailureDomain:
         return next(d for d in self.failure_domains if d.name == name)
@@ -351,6 +359,8 @@ def _rule_problems(spec: ClusterSpec) -> list[str]:
         for name in spec.remediation.opt_out:
             if name not in gpu_nodes:
                 problems.append(f"remediation.opt_out: {name!r} is not a GPU node of any pool")
+        if spec.remediation.scheduler == "kubernetes" and spec.kubernetes is None:
+            problems.append("remediation.scheduler: kubernetes needs a kubernetes section")
 
     if spec.schedulers.slurm is None:
         problems.append("schedulers: no scheduler configured (schedulers.slurm)")

@@ -25,11 +25,12 @@ def test_discovered_activities_are_exactly_these() -> None:
             "silent_link_drop", "slurm_primary_failover", "start_service", "stop_service", "storage_master_loss",
             "thaw_service")),
         *(("probe", n) for n in (
-            "agent_verdict", "alert_firing", "alertmanager_alert_active", "controller_phase", "controller_took_out",
-            "ecmp_paths",
+            "agent_verdict", "alert_firing", "alertmanager_alert_active", "capacity_in_service", "controller_phase",
+            "controller_took_out", "ecmp_paths",
             "gpu_capacity_in_service", "job_ran_exactly_once", "job_runs", "job_state", "monitoring_outage_seen",
+            "node_state", "nodes_in_service",
             "prometheus_query", "reachable", "remediation_leader", "rollout_fleet_as_before", "rollout_phase",
-            "remediation_lease_holder",
+            "remediation_lease_holder", "scheduler_responds",
             "slurm_controller_responds", "slurm_controller_status", "slurm_node_state", "slurm_nodes_in_service",
             "storage_data_intact", "storage_health", "storage_healthy")),
     }  # fmt: skip

@@ -172,6 +172,15 @@ def test_targets_are_the_inventory_hosts_only(tmp_path: Path) -> None:
     assert state_dir("lab").parts[-3:] == ("ha-ops", "clusters", "lab")
 
 
+def test_the_kubernetes_api_is_the_inventorys_kubeconfig_relative_to_it_or_kubectls_own(tmp_path: Path) -> None:
+    spec = load_spec(SPEC.parent / "lab-k8s.yaml")
+    plain = SshCluster(spec, Inventory(source=tmp_path / "hosts.yml", hosts={"gpu1": host()}), journal_dir=tmp_path)
+    assert plain._kubeconfig() is None  # $KUBECONFIG or ~/.kube/config, as kubectl finds it
+    named = host(vars={"ha_ops_kubeconfig": "kube/admin.conf"})
+    cluster = SshCluster(spec, Inventory(source=tmp_path / "hosts.yml", hosts={"gpu1": named}), journal_dir=tmp_path)
+    assert cluster._kubeconfig() == (tmp_path / "kube" / "admin.conf").resolve()
+
+
 # --- HTTP through the SSH session ------------------------------------------------------------------------------
 class _TunnelHandler(_Handler):
     def check_channel_request(self, kind: str, chanid: int) -> int:

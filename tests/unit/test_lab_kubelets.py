@@ -14,11 +14,12 @@ import pytest
 import yaml
 
 from ha_ops.errors import SpecError
-from ha_ops.lab import kubelets
+from ha_ops.lab import controllers, kubelets, kubernetes
 from ha_ops.lab.context import LabContext
 from ha_ops.lab.paths import LabPaths
 from ha_ops.lab.process import with_descendants
-from ha_ops.spec import compute_layout, parse_spec
+from ha_ops.remediation.config import ControllerConfig
+from ha_ops.spec import compute_layout, load_spec, parse_spec
 
 LAB_YAML = Path(__file__).resolve().parents[2] / "examples" / "lab.yaml"
 
@@ -49,7 +50,30 @@ def test_each_kubelet_node_gets_its_own_pod_subnet_runtime_and_labels(tmp_path: 
     labels = kubelets.labels(ctx, "ctl1")
     assert labels["ha-ops.io/controller"] == "true" and labels[kubelets.LAB_LABEL] == "true"
     assert labels["topology.kubernetes.io/zone"] == spec.domain(spec.controllers.hosts[0].domain).zone
-    assert kubelets.service_ip(ctx) == "10.96.0.1"
+    assert kubernetes.service_ip(ctx) == "10.96.0.1"
+    assert kubelets.api_nodes(ctx) == ["ctl1", "ctl2"]  # (the controllers act on Slurm here)
+
+
+def test_controllers_on_kubernetes_reach_the_api_through_the_relay_as_their_own_user(tmp_path: Path) -> None:
+    """examples/lab-k8s.yaml: the controllers' nodes get the Service address and the relay, and each controller's
+    configuration is the Kubernetes one (a valid ControllerConfig: lease and state in the API, no state folder, no
+    Slurm fence)."""
+    spec = load_spec(LAB_YAML.parent / "lab-k8s.yaml")
+    ctx = LabContext(spec, compute_layout(spec), LabPaths(tmp_path / "lab"))
+    assert kubernetes.controllers_use_it(ctx) and kubelets.names(ctx) == []
+    assert kubelets.api_nodes(ctx) == ["ctl1", "ctl2"]
+    [relay] = kubelets.relay_services(ctx)
+    assert relay.node == "host" and f"{ctx.netns('ctl2')}=10.96.0.1:443" in relay.argv
+    config = ControllerConfig.model_validate(controllers.render_config(ctx, "ctl1"))
+    assert config.scheduler == "kubernetes" and config.state_dir is None  # (the Slurm fence is off on Kubernetes)
+    assert config.kubernetes is not None and config.kubernetes.lease is not None and config.kubernetes.state is not None
+    assert config.kubernetes.kubeconfig == kubernetes.controller_kubeconfig_path(ctx)
+    assert config.kubernetes.lease.namespace == kubernetes.CONTROLLER_NAMESPACE
+    # The Slurm lab keeps its controllers on Slurm, with their shared folder and fence.
+    slurm_ctx = LabContext(spec_with([]), compute_layout(spec_with([])), LabPaths(tmp_path / "slurm"))
+    slurm_config = ControllerConfig.model_validate(controllers.render_config(slurm_ctx, "ctl1"))
+    assert slurm_config.scheduler == "slurm" and slurm_config.state_dir and slurm_config.slurm_fence.power_off_command
+    assert kubelets.api_nodes(slurm_ctx) == [] and kubelets.relay_services(slurm_ctx) == []
 
 
 def test_descendants_are_found_below_the_given_processes() -> None:
@@ -79,7 +103,8 @@ def test_a_gpu_node_with_a_kubelet_registers_as_kwok_would_have_it_and_is_tainte
     gpu4 = ctx.layout.node("gpu4")
     kwok_labels = kubernetes.node_object(gpu4, kubernetes.domain_labels(ctx, gpu4.domain), "gpu")["metadata"]["labels"]
     labels = kubelets.labels(ctx, "gpu4")
-    kubelets_own = ("type", "kubernetes.io/hostname", "kubernetes.io/os", "kubernetes.io/arch")  # (set by kubelet)
+    # (set by kubelet; and KWOK's own, which a real kubelet's node must not carry)
+    kubelets_own = ("type", "kubernetes.io/hostname", "kubernetes.io/os", "kubernetes.io/arch", kubernetes.KWOK_LABEL)
     assert {k: v for k, v in kwok_labels.items() if k not in kubelets_own}.items() <= labels.items()
     assert kubelets.taints(ctx, "gpu4")[0] == kubelets.LAB_TAINT and kubelets.taints(ctx, "ctl1") == []
     assert ("ha-ops.io/spare" in labels) == gpu4.spare

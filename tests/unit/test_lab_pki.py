@@ -12,7 +12,7 @@ from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from ha_ops.lab.context import LabContext
-from ha_ops.lab.kubernetes import GPU_RESOURCE, KWOK_ANNOTATION, RACK_LABEL, ZONE_LABEL, gpu_nodes
+from ha_ops.lab.kubernetes import GPU_RESOURCE, KWOK_LABEL, RACK_LABEL, ZONE_LABEL, gpu_nodes
 from ha_ops.lab.paths import LabPaths
 from ha_ops.lab.pki import LabCA, service_account_keys
 from ha_ops.schedulers.kubernetes import POOL_LABEL, SPARE_LABEL, SPARE_TAINT_KEY
@@ -64,7 +64,7 @@ def test_gpu_nodes_carry_their_gpus_and_failure_domains_and_extra_nodes_spread_o
         labels = node["metadata"]["labels"]
         assert labels[ZONE_LABEL] == domains[layout.domain].zone and labels[RACK_LABEL] == domains[layout.domain].rack
         assert node["status"]["allocatable"][GPU_RESOURCE] == str(layout.gpus)
-        assert node["metadata"]["annotations"][KWOK_ANNOTATION] == "fake"
+        assert node["metadata"]["labels"][KWOK_LABEL] == "fake"
         assert labels[POOL_LABEL] == "gpu"
         # A spare takes no work until it stands in for a node: the spare taint, and a label naming it a spare.
         spare = [t for t in node["spec"]["taints"] if t["key"] == SPARE_TAINT_KEY]

@@ -417,6 +417,12 @@ RULES = [
     ),
     pytest.param([put(("schedulers",), {})], "schedulers", "no scheduler", id="no-scheduler"),
     pytest.param(
+        [put(("remediation", "scheduler"), "kubernetes")],
+        "remediation.scheduler",
+        "needs a kubernetes section",
+        id="remediation-on-kubernetes-without-it",
+    ),
+    pytest.param(
         [put(("network", "host_cidr"), "10.77.0.0/24")],
         "network.host_cidr",
         "fewer /24 subnets",
