@@ -180,13 +180,12 @@ def capacity_in_service(configuration: Configuration = None) -> bool:
     pools have non-spare nodes, spares standing in for nodes that are out."""
     cluster = _cluster(configuration)
     wanted = sum(1 for n in cluster.layout.nodes_with_role("gpu") if not n.spare)
+    states = _scheduler_states(cluster)
     try:
-        scheduler = cluster.scheduler()
-        working = scheduler.partition_nodes(cluster.spec.gpu_partition)
-        states = {name: state for name, (state, _) in scheduler.node_states_and_reasons().items()}
+        working = cluster.scheduler().partition_nodes(cluster.spec.gpu_partition)
     except HaOpsError:
         return False
-    return sum(1 for name in working if states.get(name) in IN_SERVICE) >= wanted
+    return states is not None and sum(1 for name in working if states.get(name) in IN_SERVICE) >= wanted
 
 
 def job_state(job_id: str, configuration: Configuration = None) -> str:

@@ -162,15 +162,19 @@ def power(ctx: LabContext, name: str, on: bool) -> None:
         api.patch(Node, name, patch)
 
 
+# Started once the API server's RBAC bootstrap is done (api_ready): a controller manager started before it gives up
+# after 10 s of 403 from /healthz and exits for good.
+COMPONENTS = ("kube-controller-manager", "kube-scheduler", "kwok")
+
+
 def api_services(ctx: LabContext) -> list[ServiceDef]:
     """etcd and the API server (etcd first: the API server waits for it)."""
-    return services(ctx)[:2]
+    return [s for s in services(ctx) if s.service not in COMPONENTS]
 
 
 def component_services(ctx: LabContext) -> list[ServiceDef]:
-    """The controller manager, the scheduler and KWOK: started once the API server's RBAC bootstrap is done (api_ready).
-    A controller manager started before it gives up after 10 s of 403 from /healthz and exits for good."""
-    return services(ctx)[2:]
+    """The controller manager, the scheduler and KWOK (COMPONENTS)."""
+    return [s for s in services(ctx) if s.service in COMPONENTS]
 
 
 def services(ctx: LabContext) -> list[ServiceDef]:

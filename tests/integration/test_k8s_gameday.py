@@ -55,8 +55,11 @@ def test_the_kubernetes_game_day_takes_out_a_gpu_fault_and_a_lost_node_and_survi
     """`ha-ops gameday run` as a user runs it: every fault detected and recovered, measured; the GPU node's taint
     and condition written, the lost node found NotReady by Kubernetes and tainted down, the Lease passed on, and
     each action audited once."""
-    lease = api.get(Lease, "ha-ops-controller", namespace=kubernetes.CONTROLLER_NAMESPACE)
-    assert lease.spec.holderIdentity in ("ctl1", "ctl2")  # the lab's controllers lead through the API's Lease
+    # The lab's controllers lead through the API's Lease (one claims it a moment after the lab is up).
+    lease = wait_for("a controller holding the Lease",
+                     lambda: api.get(Lease, "ha-ops-controller", namespace=kubernetes.CONTROLLER_NAMESPACE),
+                     timeout=15, interval=0.2)  # fmt: skip
+    assert lease.spec.holderIdentity in ("ctl1", "ctl2")
     transitions = lease.spec.leaseTransitions or 0
     cmd = [sys.executable, "-m", "ha_ops", "gameday", "run", str(PLAN), "--lab", LAB_NAME, "--report-dir",
            str(tmp_path), "--json"]  # fmt: skip
