@@ -31,6 +31,9 @@ def load_experiment(
         raise SpecError(str(path), [f"cannot read the experiment: {exc}"]) from None
     if not isinstance(experiment, dict):
         raise SpecError(str(path), ["an experiment is a mapping (title, description, method, ...)"])
+    problems = shape_problems(experiment)
+    if problems:
+        raise SpecError(str(path), problems)
     configuration = experiment.setdefault("configuration", {})
     configuration.update(overrides or {})
     for key in (target.TARGET, target.INVENTORY, target.SPEC):
@@ -41,6 +44,37 @@ def load_experiment(
     except (InvalidExperiment, InvalidActivity) as exc:
         raise SpecError(str(path), [str(exc)]) from None
     return experiment
+
+
+def shape_problems(experiment: dict[str, Any]) -> list[str]:
+    """What chaostoolkit-lib's own check would crash on rather than name (it assumes the sections' types):
+    `configuration: 5`, `method: null`, an activity that is not a mapping."""
+    problems = []
+    sections = (
+        ("configuration", dict, "a mapping"),
+        ("steady-state-hypothesis", dict, "a mapping"),
+        ("method", list, "a list of activities"),
+        ("rollbacks", list, "a list of actions"),
+    )
+    for key, kind, what in sections:
+        if key in experiment and not isinstance(experiment[key], kind):
+            problems.append(f"{key}: must be {what}, not {type(experiment[key]).__name__}")
+    if experiment.get("method") in (None, []) and "method: must be" not in " ".join(problems):
+        problems.append("method: an experiment needs at least one activity")
+    hypothesis = experiment.get("steady-state-hypothesis")
+    if isinstance(hypothesis, dict) and "probes" in hypothesis and not isinstance(hypothesis["probes"], list):
+        problems.append("steady-state-hypothesis.probes: must be a list of probes")
+    lists = [("method", experiment.get("method")), ("rollbacks", experiment.get("rollbacks"))]
+    if isinstance(hypothesis, dict):
+        lists.append(("steady-state-hypothesis.probes", hypothesis.get("probes")))
+    for key, activities in lists:
+        for i, activity in enumerate(activities if isinstance(activities, list) else []):
+            if not isinstance(activity, dict):
+                problems.append(f"{key}[{i}]: an activity is a mapping (type, name, provider), not "
+                                f"{type(activity).__name__}")  # fmt: skip
+            elif "provider" in activity and not isinstance(activity["provider"], dict):
+                problems.append(f"{key}[{i}].provider: must be a mapping (type, module, func, arguments)")
+    return problems
 
 
 def plan(experiment: dict[str, Any]) -> list[str]:

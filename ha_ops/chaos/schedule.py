@@ -18,6 +18,7 @@ CLUSTER_DIR = "/etc/ha-ops/cluster"
 POD_REPORTS = "/reports"
 DIGEST = re.compile(r"^[^@\s]+@sha256:[0-9a-f]{64}$")
 RUN_STAMP = "$(date -u +%Y%m%dT%H%M%SZ)"  # each run's own report folder
+CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,20 @@ class Schedule:
     timeout_s: int = 3600
     inventory: Path | None = None
     target: str | None = None  # lab:NAME, when no inventory
+
+    def __post_init__(self) -> None:
+        # Every value lands in a unit file or a manifest, one per line: a newline in `every` once added directives
+        # of the caller's choosing to the timer (`Mon 03:00\nOnCalendar=minutely`, or an ExecStart elsewhere).
+        fields = {"--every": self.every, "PLAN": str(self.plan), "--inventory": str(self.inventory or ""),
+                  "--target": self.target or ""}  # fmt: skip
+        problems = [f"{name}: control characters are not allowed ({value[:60]!r})"
+                    for name, value in fields.items() if CONTROL.search(value)]  # fmt: skip
+        if not self.every.strip():
+            problems.append("--every: give when to run, e.g. 'Mon 03:00' (systemd) or '0 3 * * 1' (cron)")
+        if self.timeout_s <= 0:
+            problems.append(f"--timeout-s: must be positive (got {self.timeout_s})")
+        if problems:
+            raise SpecError("gameday schedule", problems)
 
 
 def _cluster_args(s: Schedule, inventory: str | None) -> list[str]:

@@ -13,7 +13,7 @@ import typer
 from rich.table import Table
 
 from ha_ops.cli import output
-from ha_ops.errors import TransportError
+from ha_ops.errors import SpecError, TransportError
 from ha_ops.remediation.audit import AuditHead, verify, verify_text
 from ha_ops.remediation.config import ControllerConfig, load_controller_config
 from ha_ops.remediation.store import read_state
@@ -142,6 +142,10 @@ def status(
 @controller_app.command()
 def repaired(node: str = typer.Argument(...), url: str = UrlOpt) -> None:
     """Tell the leader a node held for replacement was repaired: it validates it and returns it to service."""
+    from ha_ops.util.names import node_name_problem
+
+    if (problem := node_name_problem(node)) is not None:
+        raise SpecError("NODE", [problem])  # (the URL path would carry it; the controller refuses it too)
     output.emit_json(_call(f"{url.rstrip('/')}/v1/nodes/{node}/repaired", "POST"))
 
 

@@ -104,7 +104,7 @@ FromVersionOpt = typer.Option(None, "--from-version", help="The driver version o
 
 
 class NodeData(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     driver_version: str | None = None
     running_jobs: int = Field(default=0, ge=0)
@@ -113,7 +113,7 @@ class NodeData(BaseModel):
 
 
 class NodeDataFile(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     nodes: dict[str, NodeData] = Field(default_factory=dict)
 

@@ -9,6 +9,7 @@ from pydantic import Field
 
 from ha_ops.health.thresholds import Thresholds
 from ha_ops.util.models import ConfigModel
+from ha_ops.util.names import NodeName
 from ha_ops.util.yamlconfig import load_model
 
 
@@ -49,7 +50,7 @@ class KubernetesCondition(ConfigModel):
 
 
 class AgentConfig(ConfigModel):
-    node: str
+    node: NodeName
     backend: Literal["nvml", "fake"] = "nvml"
     fake_dir: Path | None = None
     sweep_interval_s: float = Field(5.0, gt=0, le=3600)

@@ -14,44 +14,49 @@ from pydantic import ConfigDict, Field
 
 from ha_ops.gpu.types import GpuSample
 from ha_ops.health.model import Action, HealthState, Severity, Verdict
+from ha_ops.util.bounded import Line, Token
 from ha_ops.util.models import ConfigModel
+from ha_ops.util.names import NodeName
 
 SCHEMA = "ha-ops/agent-report"
 VERSION = 1
+MAX_SEQ = 2**53  # a report per millisecond for 285,000 years; JSON's integers stay exact below it
+MAX_GPUS = 256  # per node
+MAX_FINDINGS = 1024  # per report: four per GPU of the largest node
 
 
 class ReportFinding(ConfigModel):
-    check: str
+    check: Token
     severity: Literal["info", "warning", "critical"]
     action: Action
-    message: str
-    gpu: int | None = None
-    uuid: str | None = None
-    xid: int | None = None
+    message: Line
+    gpu: int | None = Field(None, ge=0, le=MAX_GPUS)
+    uuid: Token | None = None
+    xid: int | None = Field(None, ge=0, le=2**31)
 
 
 class ReportGpu(ConfigModel):
-    index: int = Field(ge=0)
-    uuid: str | None = None
+    index: int = Field(ge=0, le=MAX_GPUS)
+    uuid: Token | None = None
     state: HealthState
 
 
 class AgentReport(ConfigModel):
     schema_: Literal["ha-ops/agent-report"] = Field(SCHEMA, alias="schema")
     version: Literal[1] = VERSION
-    node: str = Field(min_length=1)
-    seq: int = Field(ge=0)
-    agent_id: str = Field(min_length=1)
+    node: NodeName
+    seq: int = Field(ge=0, le=MAX_SEQ)
+    agent_id: Token = Field(min_length=1)
     sent_at: float
     state: HealthState
     action: Action
-    reason: str
-    driver_version: str | None = None
-    findings: list[ReportFinding] = Field(default_factory=list)
-    unknown: list[str] = Field(default_factory=list)
-    gpus: list[ReportGpu] = Field(default_factory=list)
+    reason: Line
+    driver_version: Token | None = None
+    findings: list[ReportFinding] = Field(default_factory=list, max_length=MAX_FINDINGS)
+    unknown: list[Line] = Field(default_factory=list, max_length=MAX_FINDINGS)
+    gpus: list[ReportGpu] = Field(default_factory=list, max_length=MAX_GPUS)
 
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, allow_inf_nan=False)
 
     def to_json(self) -> dict:
         return self.model_dump(mode="json", by_alias=True)

@@ -6,7 +6,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 
 class Thresholds(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     temperature_slowdown_c: float = Field(
         89.0, description="Used when the GPU does not report its own slowdown threshold (H100/H200 report 89 C)."

@@ -56,7 +56,7 @@ PRIORITY_CLASSES: dict[str, dict[str, Any]] = {
 class K8sLayerConfig(BaseModel):
     """How the layer fits the Kubernetes cluster it lands on (what the spec does not say)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     namespace: str = "ha-ops"
     monitoring_namespace: str = "monitoring"

@@ -9,6 +9,7 @@ rules` renders both, and the monitoring role ships exactly that output (a unit t
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from typing import Any
 
@@ -158,6 +159,13 @@ def cluster_group(fabric_devices: str = FABRIC_DEVICES) -> dict[str, Any]:
             ),
         ],
     }
+
+
+@functools.cache
+def alert_names() -> frozenset[str]:
+    """Every alert these rules raise: what the remediation controller records of an alert by name (an unknown name,
+    which only a forged notification carries, is not stored)."""
+    return frozenset(rule["alert"] for group in (lab_group(), cluster_group()) for rule in group["rules"])
 
 
 def render_rules(groups: Iterable[str] | None = None, fabric_devices: str = FABRIC_DEVICES) -> dict[str, Any]:

@@ -8,7 +8,9 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
+from ha_ops.util.command_template import GpuCommand, NodeCommand
 from ha_ops.util.models import ConfigModel
+from ha_ops.util.names import NodeName
 from ha_ops.util.yamlconfig import load_model
 
 
@@ -21,7 +23,7 @@ class Safety(ConfigModel):
     )
     max_cordons_per_minute: int = Field(10, ge=1, description="Rate limit; further cordons wait their turn.")
     dry_run: bool = Field(False, description="Shadow mode: decide, log and audit; change nothing.")
-    opt_out: list[str] = Field(default_factory=list, description="Nodes the controller never touches.")
+    opt_out: list[NodeName] = Field(default_factory=list, description="Nodes the controller never touches.")
 
 
 class Ladder(ConfigModel):
@@ -38,7 +40,7 @@ class NodeAccess(ConfigModel):
     """How the controller reaches a node: ssh with verified host keys, and the commands for each repair step."""
 
     ssh_user: str = "root"
-    addresses: dict[str, str] = Field(
+    addresses: dict[NodeName, str] = Field(
         default_factory=dict,
         description="Where ssh reaches a node whose name does not resolve (node -> address or host name), e.g. "
         "Kubernetes nodes named by their provider.",
@@ -46,14 +48,15 @@ class NodeAccess(ConfigModel):
     ssh_key: Path | None = None
     known_hosts: Path | None = None
     connect_timeout_s: float = 5.0
-    reset_gpu_command: str = "nvidia-smi -r -i {gpu}"
-    reboot_command: str = "systemctl reboot"
-    power_cycle_command: str | None = Field(
+    # Templates: {node} (and {gpu}) are filled in shell-quoted (ha_ops.util.command_template).
+    reset_gpu_command: GpuCommand = "nvidia-smi -r -i {gpu}"
+    reboot_command: NodeCommand = "systemctl reboot"
+    power_cycle_command: NodeCommand | None = Field(
         None,
         description="Run on the controller's host when the node does not answer ssh (its BMC), e.g. "
         "'ipmitool -I lanplus -H {node}-bmc -U admin -E chassis power cycle'.",
     )
-    validate_command: str = "ha-ops health check"
+    validate_command: NodeCommand = "ha-ops health check"
     command_timeout_s: float = 120.0
     boot_wait_s: float = Field(600.0, ge=0, description="After a reboot, how long the node may take to answer ssh.")
 
@@ -79,7 +82,7 @@ class SlurmFence(ConfigModel):
     ssh_connect_timeout_s: float = Field(
         2.0, gt=0, description="How long ssh may take to reach the primary's host before its BMC fences it instead."
     )
-    power_off_command: str | None = Field(
+    power_off_command: NodeCommand | None = Field(
         None,
         description="Run on the controller's host when the primary's host does not answer ssh (cut off, or hung): "
         "its BMC powers it off, and it must exit 0 only once the BMC reports off, e.g. "
@@ -93,8 +96,8 @@ class SlurmFence(ConfigModel):
 
 
 class PoolConfig(ConfigModel):
-    nodes: list[str]
-    spares: list[str] = Field(default_factory=list)
+    nodes: list[NodeName]
+    spares: list[NodeName] = Field(default_factory=list)
 
 
 class KubernetesLeaseConfig(ConfigModel):

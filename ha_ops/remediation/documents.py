@@ -69,9 +69,14 @@ class DirectoryDocuments:
     def append(self, name: str, line: str) -> None:
         path = self.path(name)
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
         try:
-            os.write(fd, line.encode())
+            data = line.encode()
+            size = os.fstat(fd).st_size
+            if size and os.pread(fd, 1, size - 1) != b"\n":
+                # The last line was torn (a crash mid-write): end it, or this one would be glued to it and lost too.
+                data = b"\n" + data
+            os.write(fd, data)
             os.fsync(fd)
         finally:
             os.close(fd)

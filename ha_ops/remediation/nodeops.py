@@ -12,6 +12,7 @@ import time
 from ha_ops.errors import TransportError
 from ha_ops.remediation.config import NodeAccess
 from ha_ops.transport.ssh import SSHTransport
+from ha_ops.util.command_template import fill
 from ha_ops.util.proc import CommandResult, run
 
 log = logging.getLogger(__name__)
@@ -36,18 +37,18 @@ class SshNodeOps:
             transport.close()
 
     def reset_gpu(self, node: str, gpu: int) -> CommandResult:
-        return self._run(node, self.access.reset_gpu_command.format(gpu=gpu, node=node))
+        return self._run(node, fill(self.access.reset_gpu_command, gpu=gpu, node=node))
 
     def reboot(self, node: str) -> CommandResult:
         """Reboot through the OS; a node that does not answer ssh (lost, hung) is power-cycled through its BMC when
         a `power_cycle_command` is configured."""
         try:
-            return self._run(node, self.access.reboot_command.format(node=node))
+            return self._run(node, fill(self.access.reboot_command, node=node))
         except TransportError as exc:
             if self.access.power_cycle_command is None:
                 raise
             log.warning("%s does not answer ssh (%s); power-cycling it", node, exc)
-            return self.run_here(self.access.power_cycle_command.format(node=node))
+            return self.run_here(fill(self.access.power_cycle_command, node=node))
 
     def run_command(self, node: str, command: str, connect_timeout_s: float | None = None) -> CommandResult:
         return self._run(node, command, connect_timeout_s)
@@ -60,7 +61,7 @@ class SshNodeOps:
         deadline = time.monotonic() + self.access.boot_wait_s
         while True:
             try:
-                return self._run(node, self.access.validate_command.format(node=node))
+                return self._run(node, fill(self.access.validate_command, node=node))
             except TransportError as exc:
                 if time.monotonic() >= deadline:
                     raise

@@ -23,6 +23,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from ha_ops.monitoring.rules import alert_names
 from ha_ops.remediation.config import ControllerConfig
 from ha_ops.remediation.model import ControllerState, Intent, IntentKind, LastReport, NodePhase, NodeRecord, Rung
 from ha_ops.remediation.safety import gate_cordon
@@ -154,7 +155,9 @@ def on_alert(
     name, node = labels.get("alertname", ""), labels.get("node") or labels.get("instance", "").split(":")[0]
     if name.startswith("HaOpsStorage"):
         # Storage faults are not a node's: the controller records them (status, metrics) and never cordons for them;
-        # recovering the storage master is the storage runbook's step.
+        # recovering the storage master is the storage runbook's step. Only the names our rules raise are kept.
+        if name not in alert_names():
+            return Outcome(ignored=f"alert {name[:80]!r} is not one of ha-ops' alerts")
         if alert.get("status") == "firing":
             state.storage_alerts.setdefault(name, now)
             return Outcome(notes=[f"storage alert {name} firing"])

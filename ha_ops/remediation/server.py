@@ -5,42 +5,57 @@ POST /v1/reports            an agent report (ha_ops.health.report, schema ha-ops
 POST /v1/alerts             an Alertmanager webhook (version 4)
 POST /v1/nodes/NODE/repaired   a person reports a replaced node repaired
 POST /v1/breaker/reset      close the circuit breaker
-GET  /v1/state              the controller's state
+GET  /v1/state              the controller's state (without what would let a caller forge a report: each node's
+                            agent_id and seq)
 GET  /metrics               Prometheus metrics
 GET  /healthz               200 (leader or standby)
+
+Limits, so that no caller can exhaust it: bodies of at most MAX_BODY bytes (an Alertmanager notification, which
+carries a whole group of alerts, MAX_ALERTS_BODY), read within SOCKET_TIMEOUT_S (a request
+sent slowly or half is dropped, its thread freed), at most MAX_WORKERS requests handled at once (more wait in the
+listen backlog), node names checked (ha_ops.util.names), report fields bounded (ha_ops.health.report).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import threading
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any, Literal
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ha_ops.health.report import AgentReport
+from ha_ops.util.bounded import Line, Token
+from ha_ops.util.names import node_name_problem
 
 if TYPE_CHECKING:
     from ha_ops.remediation.controller import Controller
 
 log = logging.getLogger(__name__)
-MAX_BODY = 1 << 20
+MAX_BODY = 256 << 10  # a report of a node with 16 GPUs, each with findings, is under 20 KiB
+# An Alertmanager notification carries its whole group: every node of a large cluster at once (1,500 alerts of about
+# 1 KiB each when a whole fleet's agents go down).
+MAX_ALERTS_BODY = 32 << 20
+MAX_ALERTS = 20_000
+SOCKET_TIMEOUT_S = 10.0
+MAX_WORKERS = 64
 
 
 class AlertmanagerAlert(BaseModel):
     model_config = ConfigDict(extra="allow")
     status: Literal["firing", "resolved"]
-    labels: dict[str, str]
-    annotations: dict[str, str] = {}
+    labels: dict[Token, Line] = Field(max_length=64)
+    annotations: dict[Token, Line] = Field({}, max_length=64)
 
 
 class AlertmanagerWebhook(BaseModel):
     model_config = ConfigDict(extra="allow")
     version: Literal["4"]
-    alerts: list[AlertmanagerAlert]
+    alerts: list[AlertmanagerAlert] = Field(max_length=MAX_ALERTS)
 
 
 class BadRequest(Exception):
@@ -55,9 +70,19 @@ def _errors(exc: ValidationError) -> str:
     return "; ".join(parts)
 
 
+def public_state(described: dict[str, Any]) -> dict[str, Any]:
+    """The controller's description without each node's agent_id and seq: with them a caller could send one report
+    whose seq is ahead of every genuine one, and the agent's later reports would all be ignored as stale."""
+    for record in (described.get("state") or {}).get("nodes", {}).values():
+        if record.get("last_report"):
+            record["last_report"] = {k: v for k, v in record["last_report"].items() if k not in ("agent_id", "seq")}
+    return described
+
+
 def make_handler(controller: Controller) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         server_version = "ha-ops-controller"
+        timeout = SOCKET_TIMEOUT_S  # on the connection's socket: a request sent slowly or half ends here
 
         def log_message(self, fmt: str, *args: Any) -> None:
             log.debug("%s " + fmt, self.address_string(), *args)
@@ -70,13 +95,13 @@ def make_handler(controller: Controller) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(data)
 
-        def _body(self) -> Any:
+        def _body(self, limit: int = MAX_BODY) -> Any:
             try:
                 length = int(self.headers.get("Content-Length") or 0)
             except ValueError:
                 raise BadRequest(f"Content-Length {self.headers.get('Content-Length')!r} is not a number") from None
-            if length <= 0 or length > MAX_BODY:
-                raise BadRequest(f"a JSON body of 1 byte to {MAX_BODY} bytes is required (got {length})")
+            if length <= 0 or length > limit:
+                raise BadRequest(f"a JSON body of 1 byte to {limit} bytes is required (got {length})")
             try:
                 return json.loads(self.rfile.read(length))
             except ValueError as exc:
@@ -88,7 +113,7 @@ def make_handler(controller: Controller) -> type[BaseHTTPRequestHandler]:
             elif self.path == "/metrics":
                 self._send(200, generate_latest(controller.registry), CONTENT_TYPE_LATEST)
             elif self.path == "/v1/state":
-                self._send(200, controller.describe())
+                self._send(200, public_state(controller.describe()))
             else:
                 self._send(404, {"error": f"no such path {self.path}"})
 
@@ -108,12 +133,15 @@ def make_handler(controller: Controller) -> type[BaseHTTPRequestHandler]:
                     self._send(200, controller.handle_report(report))
                 elif self.path == "/v1/alerts":
                     try:
-                        webhook = AlertmanagerWebhook.model_validate(self._body())
+                        webhook = AlertmanagerWebhook.model_validate(self._body(MAX_ALERTS_BODY))
                     except ValidationError as exc:
                         raise BadRequest(f"not a valid Alertmanager webhook: {_errors(exc)}") from None
                     self._send(200, controller.handle_alerts([a.model_dump() for a in webhook.alerts]))
                 elif self.path.startswith("/v1/nodes/") and self.path.endswith("/repaired"):
                     node = self.path.removeprefix("/v1/nodes/").removesuffix("/repaired")
+                    problem = node_name_problem(node)
+                    if problem is not None:
+                        raise BadRequest(problem)
                     self._send(200, controller.handle_repaired(node))
                 elif self.path == "/v1/breaker/reset":
                     self._send(200, controller.reset_breaker())
@@ -133,6 +161,26 @@ class _Server(ThreadingHTTPServer):
     # The listen backlog: socketserver's default of 5 resets connections when a rack's agents report at once
     # (150 agents' reports within a millisecond did exactly that).
     request_queue_size = 1024
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._workers = threading.BoundedSemaphore(MAX_WORKERS)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        # A thread per request, at most MAX_WORKERS at once: the accept loop waits for a free one, and the
+        # connections behind it wait in the backlog (40 half-sent requests once held 40 threads for good).
+        self._workers.acquire()
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._workers.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._workers.release()
 
 
 def serve(controller: Controller, address: str, port: int) -> ThreadingHTTPServer:

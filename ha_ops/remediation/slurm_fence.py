@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ha_ops.errors import TransportError
+from ha_ops.util.command_template import fill
 from ha_ops.util.proc import CommandResult
 
 
@@ -84,7 +85,7 @@ def fence_primary(
         unreachable = f"{host} does not answer ssh ({str(exc)[:120]})"
     if power_off_command is None:
         return FenceOutcome(False, "", f"{unreachable}; no power_off_command: left unfenced")
-    off = run_here(power_off_command.format(node=host))
+    off = run_here(fill(power_off_command, node=host))
     if not off.ok:
         return FenceOutcome(False, "", f"{unreachable}; power off through its BMC failed: {last_line(off)}")
     return FenceOutcome(True, "bmc", f"{unreachable}; powered off through its BMC: {last_line(off)}")

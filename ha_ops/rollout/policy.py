@@ -123,14 +123,14 @@ class DrainPolicy(BaseModel):
     a requeue are still waited for). Either way a node still busy after `timeout_s` is returned untouched and
     reported as skipped: a later rollout picks it up."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     mode: Literal["wait", "requeue"] = "wait"
     timeout_s: float = Field(default=3600.0, gt=0)
 
 
 class RolloutPolicy(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     canary: CanarySpec = "1"
     # After the canary; a list that does not end in "rest" repeats its last size until every node is planned.

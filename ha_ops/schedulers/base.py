@@ -21,7 +21,7 @@ AGENT_REASON_PREFIX = f"{REASON_PREFIX} agent:"
 @dataclass(frozen=True)
 class SchedulerNode:
     name: str
-    state: str  # upper case, Slurm's `scontrol show node` words: IDLE, ALLOCATED, IDLE+DRAIN, DOWN*+DRAIN
+    state: str  # upper case, Slurm's `scontrol show node` words: IDLE, ALLOCATED, IDLE+DRAIN, DOWN+DRAIN
     reason: str
 
     @property

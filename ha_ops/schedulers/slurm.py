@@ -6,9 +6,10 @@ wrapped in our own timeout (shared/LAB-NOTES.md).
 
 from __future__ import annotations
 
+import json
 import logging
-import re
 import time
+from typing import Any
 
 from ha_ops.errors import CommandFailed, CommandTimeout, TransportError
 from ha_ops.schedulers.base import REASON_PREFIX, SchedulerJob, SchedulerNode
@@ -17,11 +18,6 @@ from ha_ops.util.proc import CommandResult
 from ha_ops.util.wait import wait_for
 
 log = logging.getLogger(__name__)
-
-# `scontrol show node -o` stamps the reason " [user@time]" and may print optional fields after it.
-_REASON_STAMP = re.compile(r" \[[^\[\]@]+@[^\[\]]*\](?=\s|$)")
-_AFTER_REASON = re.compile(r" (?:Comment|Extra|InstanceId|InstanceType|ReservationName)=")
-
 
 # Slurm's names for the scheduler-neutral records (base.py), which began here.
 SlurmNode = SchedulerNode
@@ -48,26 +44,26 @@ class Slurm:
         assert last is not None
         raise last
 
+    def _node_records(self) -> dict[str, dict[str, Any]]:
+        """Every node as `sinfo --json` describes it (Slurm 22.05 and later): structured, so a reason's text is a
+        reason and nothing else. (Parsed from `scontrol show node -o`, the reason `x [a@b] State=IDLE` once made a
+        drained node read as IDLE, and `NodeName=n9` in a reason broke every read; sinfo's %E line breaks with a
+        newline in a reason.) `sinfo --json` lists every node whatever the filters: one call serves one node or all."""
+        out = self._run(["sinfo", "--json"]).stdout
+        try:
+            nodes = json.loads(out).get("nodes")
+        except (ValueError, AttributeError) as exc:
+            raise TransportError(f"sinfo --json did not answer a JSON object: {exc}: {out[:200]!r}") from None
+        if not isinstance(nodes, list):
+            raise TransportError(f"sinfo --json answered no node list: {out[:200]!r}")
+        return {str(n.get("name")): n for n in nodes if isinstance(n, dict) and n.get("name")}
+
     def node(self, name: str) -> SlurmNode:
-        out = self._run(["scontrol", "show", "node", "-o", name]).stdout
-        fields: dict[str, str] = {}
-        reason = ""
-        # One line of Key=Value pairs; the Reason value may contain spaces. It ends at Slurm's " [user@time]"
-        # stamp, or else at the first optional field printed after it (Comment=, Extra=, ...).
-        if " Reason=" in out:
-            out, reason = out.split(" Reason=", 1)
-            rest = ""
-            if stamp := _REASON_STAMP.search(reason):
-                reason, rest = reason[: stamp.start()], reason[stamp.end() :]
-            elif after := _AFTER_REASON.search(reason):
-                reason, rest = reason[: after.start()], reason[after.start() :]
-            out, reason = f"{out} {rest}", reason.strip()
-        for token in out.split():
-            key, _, value = token.partition("=")
-            fields[key] = value
-        if fields.get("NodeName") != name:
-            raise TransportError(f"scontrol did not describe node {name!r}: {out.strip()[:200]}")
-        return SlurmNode(name, fields.get("State", "UNKNOWN"), reason)
+        record = self._node_records().get(name)
+        if record is None:
+            raise TransportError(f"Slurm does not describe node {name!r}")
+        base, flags = state_parts(record)
+        return SlurmNode(name, scontrol_state(base, flags), str(record.get("reason") or ""))
 
     def drain(self, name: str, reason: str) -> None:
         full = reason if reason.startswith(REASON_PREFIX) else f"{REASON_PREFIX} {reason}"
@@ -97,13 +93,11 @@ class Slurm:
         return {name: state for name, (state, _) in self.node_states_and_reasons().items()}
 
     def node_states_and_reasons(self) -> dict[str, tuple[str, str]]:
-        """Every node's (state, reason) in one call; the reason is "" for a node without one."""
-        found: dict[str, tuple[str, str]] = {}
-        for line in self._run(["sinfo", "-h", "-N", "-o", "%N|%T|%E"]).stdout.splitlines():
-            name, state, reason = [*line.strip().split("|", 2), "", ""][:3]
-            if state:
-                # a node in two partitions is listed twice, with one state; sinfo prints "none" for no reason
-                found[name] = (state, "" if reason == "none" else reason)
+        """Every node's (state in sinfo's %T words, reason) in one call; the reason is "" for a node without one."""
+        found = {}
+        for name, record in self._node_records().items():
+            base, flags = state_parts(record)
+            found[name] = (sinfo_state(base, flags), str(record.get("reason") or ""))
         return found
 
     def controllers(self, timeout: float = 30.0) -> list[tuple[str, str]]:
@@ -153,6 +147,43 @@ class Slurm:
 
     def set_partition_nodes(self, partition: str, nodes: list[str]) -> None:
         self._run(["scontrol", "update", f"PartitionName={partition}", f"Nodes={','.join(nodes)}"])
+
+
+BASE_STATES = ("UNKNOWN", "DOWN", "IDLE", "ALLOCATED", "ERROR", "MIXED", "FUTURE")
+
+
+def state_parts(record: dict[str, Any]) -> tuple[str, list[str]]:
+    """A node record's base state and flags, upper case: Slurm 22.05's `state` word and `state_flags` list, or the
+    one `state` list of later releases (the base state among the flags)."""
+    state = record.get("state")
+    flags = [str(f).upper() for f in record.get("state_flags") or []]
+    if isinstance(state, list):
+        words = [str(w).upper() for w in state]
+        base = next((w for w in words if w in BASE_STATES), "UNKNOWN")
+        return base, [*flags, *(w for w in words if w != base)]
+    return str(state or "unknown").upper(), flags
+
+
+def scontrol_state(base: str, flags: list[str]) -> str:
+    """As `scontrol show node` prints State=: IDLE, IDLE+DRAIN, DOWN+DRAIN+NOT_RESPONDING."""
+    return "+".join([base, *flags])
+
+
+def sinfo_state(base: str, flags: list[str]) -> str:
+    """As `sinfo -o %T` prints it (Slurm's node_state_string, for the states a GPU partition sees): drained or
+    draining for a drained node by whether work still runs, down, completing, else the base state; `*` when not
+    responding."""
+    star = "*" if "NOT_RESPONDING" in flags else ""
+    if "MAINTENANCE" in flags:
+        return "maint" + star
+    if "DRAIN" in flags:
+        busy = "COMPLETING" in flags or base in ("ALLOCATED", "MIXED")
+        return ("draining" if busy else "drained") + star
+    if base == "DOWN":
+        return "down" + star
+    if "COMPLETING" in flags:
+        return "completing" + star
+    return base.lower() + star
 
 
 def expand_hostlist(expression: str) -> list[str]:

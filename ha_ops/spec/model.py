@@ -44,7 +44,7 @@ Cidr = Annotated[IPv4Network, Field(strict=False), BeforeValidator(_written_as_t
 class StrictModel(BaseModel):
     """Unknown keys and wrong types are errors: a typo in a spec must never be silently ignored."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 class FailureDomain(StrictModel):

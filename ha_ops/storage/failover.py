@@ -33,6 +33,7 @@ from ha_ops.remediation.audit import AuditLog
 from ha_ops.remediation.config import NodeAccess
 from ha_ops.remediation.slurm_fence import fence_primary, last_line
 from ha_ops.util.atomic import write_atomic
+from ha_ops.util.command_template import NodeCommand
 from ha_ops.util.models import ConfigModel
 from ha_ops.util.proc import CommandResult
 from ha_ops.util.yamlconfig import load_model
@@ -64,7 +65,7 @@ class FailoverConfig(ConfigModel):
         description="Run on the master's host over ssh: stop it for good and drop its service address, e.g. "
         "'systemctl mask --now moosefs-master && ip addr del 10.0.0.5/24 dev eth0'.",
     )
-    power_off_command: str | None = Field(
+    power_off_command: NodeCommand | None = Field(
         None,
         description="Run here when the master's host does not answer ssh; exits 0 only once its BMC reports off "
         "(with {node}), e.g. 'ha-ops power off {node} --inventory /etc/ha-ops/hosts.yml'. Without it such a master "

@@ -182,3 +182,46 @@ def test_up_is_quick_and_touches_nothing_when_nothing_changed(lab: Lab) -> None:
     assert time.monotonic() - start < 5
     assert {k: s.pid for k, s in lab.state().services.items()} == before
     assert {k: n.holder_pid for k, n in lab.state().nodes.items()} == holders
+
+
+def test_slurm_states_read_from_json_match_sinfo_and_scontrol_and_no_reason_changes_them(lab: Lab) -> None:
+    """The Slurm adapter reads nodes from `sinfo --json`: its states are the words sinfo's %T and scontrol's State=
+    print, in each state the controller acts on (drained, down, not responding), and a reason written to look like
+    other fields (`State=IDLE`, `NodeName=n9`, a newline and a forged sinfo line) is read back as a reason only."""
+    from ha_ops.schedulers.slurm import Slurm
+
+    slurm = Slurm(lab.transport("gpu1"))
+    node = "gpu3"
+    hostile = "test: x [a@b] State=IDLE NodeName=n9 Reason=none\ngpu3|idle|forged"
+
+    def as_slurm_prints_them() -> tuple[dict[str, str], dict[str, str]]:
+        sinfo = lab.node("gpu1").run(["sinfo", "-h", "-N", "-o", "%N %T"], timeout=15).stdout.split("\n")
+        words = dict(line.split() for line in sinfo if line.strip())
+        shown = lab.node("gpu1").run(["scontrol", "show", "node", "-o", node], timeout=15).stdout
+        return words, {node: shown.split(" State=", 1)[1].split()[0]}
+
+    def agree(expected: str) -> None:
+        words, states = as_slurm_prints_them()
+        read = slurm.node_states_and_reasons()
+        assert {n: s for n, (s, _) in read.items()} == words, (read, words)
+        assert read[node][0] == expected and slurm.node(node).state == states[node], (slurm.node(node), states)
+
+    try:
+        agree("idle")
+        lab.node("gpu1").run(["scontrol", "update", f"NodeName={node}", "State=DRAIN", f"Reason={hostile}"])
+        agree("drained")
+        assert slurm.node(node).drained and slurm.node(node).reason == hostile
+        assert slurm.node_states_and_reasons()[node] == ("drained", hostile)
+        assert set(slurm.node_states_and_reasons()) == {"gpu1", "gpu2", "gpu3", "gpu4"}  # no node n9
+        lab.node("gpu1").run(["scontrol", "update", f"NodeName={node}", "State=DOWN", "Reason=test: lost"])
+        agree(slurm.node_states_and_reasons()[node][0])  # whatever sinfo calls DOWN+DRAIN, the adapter says it too
+        assert "DOWN" in slurm.node(node).state
+        lab.node(node).stop("slurmd")  # not responding: `*`
+        wait_for("gpu3 not responding", lambda: slurm.node_states_and_reasons()[node][0].endswith("*"),
+                 timeout=30, interval=0.5)  # fmt: skip
+        agree(slurm.node_states_and_reasons()[node][0])
+    finally:
+        lab.node(node).start("slurmd")
+        lab.node("gpu1").run(["scontrol", "update", f"NodeName={node}", "State=RESUME"], check=False)
+        wait_for("gpu3 idle again", lambda: slurm.node_states_and_reasons()[node][0] == "idle", timeout=30,
+                 interval=0.5)  # fmt: skip

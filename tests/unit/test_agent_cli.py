@@ -46,6 +46,9 @@ def test_check_config_accepts_a_good_file(
         (("resume_after_healthy_sweeps: 3", "resume_after_healthy_sweeps: 0"), "slurm.resume_after_healthy_sweeps"),
         (("node: gpu1\n", "nodes: gpu1\n"), "nodes"),  # unknown key (and node missing)
         (("urls: []", "urls: http://c1/v1/reports"), "controller.urls"),
+        (("node: gpu1\n", "node: ''\n"), "node"),  # passed once, and then every sweep failed
+        (("node: gpu1\n", "node: 'gpu1;reboot'\n"), "node"),
+        (("sweep_interval_s: 5.0", "thresholds: {temperature_shutdown_c: .nan}"), "thresholds.temperature_shutdown_c"),
     ],
 )
 def test_check_config_names_the_bad_field(

@@ -120,3 +120,27 @@ def test_an_unknown_host_key_is_bad_input_and_an_unreachable_host_exits_4(
     code, said = chaos(monkeypatch, capsys, str(HELD), "--inventory", str(inv), "--spec", str(SPEC))
     assert code == 4 and f"gpu2: cannot reach 127.0.0.1:{port}" in said, said
     assert journal_is_empty(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("title: t\ndescription: d\nconfiguration: 5\nmethod: [{type: action, name: a}]\n",
+         "configuration: must be a mapping, not int"),
+        ("title: t\ndescription: d\nmethod: null\n", "method: must be a list of activities, not NoneType"),
+        ("title: t\ndescription: d\nmethod: []\n", "method: an experiment needs at least one activity"),
+        ("title: t\ndescription: d\nmethod: [5]\n", "method[0]: an activity is a mapping"),
+        ("title: t\ndescription: d\nmethod: [{type: action, name: a, provider: x}]\n",
+         "method[0].provider: must be a mapping"),
+        ("title: t\ndescription: d\nsteady-state-hypothesis: {title: h, probes: 3}\nmethod: [{type: action}]\n",
+         "steady-state-hypothesis.probes: must be a list of probes"),
+    ],
+)  # fmt: skip
+def test_a_malformed_experiment_exits_2_naming_its_field(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], text: str, message: str
+) -> None:
+    experiment = tmp_path / "bad.yaml"
+    experiment.write_text(text)
+    code, said = chaos(monkeypatch, capsys, str(experiment), "--dry-run")
+    assert code == 2 and message in said and "Traceback" not in said, said
+    assert journal_is_empty(tmp_path)

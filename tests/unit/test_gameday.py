@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -99,6 +100,26 @@ def test_a_cronjob_schedule_pins_its_image_and_mounts_the_inventory_from_a_secre
     assert {"name": "cluster", "mountPath": "/etc/ha-ops/cluster", "readOnly": True} in container["volumeMounts"]
     with pytest.raises(SpecError, match="not pinned by digest"):
         render_cronjob(wanted, "registry.example/ha-ops:latest", "s", "r", PurePosixPath("/opt/p.yaml"))
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        ({"every": "Mon 03:00\nOnCalendar=minutely"}, "--every: control characters are not allowed"),
+        ({"every": "0 3 * * 1\n  - name: evil"}, "--every: control characters are not allowed"),
+        ({"every": "  "}, "--every: give when to run"),
+        ({"plan": Path("plan\nExecStartPre=/bin/rm.yaml")}, "PLAN: control characters are not allowed"),
+        ({"timeout_s": 0}, "--timeout-s: must be positive"),
+    ],
+)
+def test_a_schedule_that_would_inject_lines_into_a_unit_or_manifest_is_refused(
+    tmp_path: Path, change: dict, words: str
+) -> None:
+    from ha_ops.chaos.schedule import Schedule
+
+    fields = {"plan": PLAN, "every": "Mon 03:00", "timeout_s": 900, "inventory": tmp_path / "hosts.yml"} | change
+    with pytest.raises(SpecError, match=re.escape(words)):
+        Schedule(**fields)
 
 
 def test_a_production_spec_or_inventory_needs_the_confirmation_flag(tmp_path: Path) -> None:

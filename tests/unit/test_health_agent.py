@@ -623,16 +623,22 @@ def test_run_sweeps_on_an_event_and_stops(gpus: FakeGpus) -> None:
 
 
 # --- Slurm over a stub transport --------------------------------------------------------------------------------
-SCONTROL_LINE = (
-    "NodeName=gpu3 Arch=x86_64 CoresPerSocket=4 CPUAlloc=0 CPUEfctv=8 CPUTot=8 CPULoad=0.12 "
-    "AvailableFeatures=h100 ActiveFeatures=h100 Gres=gpu:h100:8 NodeAddr=10.0.1.13 NodeHostName=gpu3 "
-    "Version=23.11.4 OS=Linux 6.8.0-45-generic #45-Ubuntu SMP PREEMPT_DYNAMIC Fri Aug 30 12:02:04 UTC 2024 "
-    "RealMemory=2048 AllocMem=0 FreeMem=1500 Sockets=2 Boards=1 State=IDLE+DRAIN ThreadsPerCore=1 TmpDisk=0 "
-    "Weight=1 Owner=N/A MCS_label=N/A Partitions=gpu BootTime=2026-11-30T08:00:00 "
-    "SlurmdStartTime=2026-11-30T08:01:00 LastBusyTime=2026-11-30T21:59:00 ResumeAfterTime=None "
-    "CfgTRES=cpu=8,mem=2G,billing=8,gres/gpu=8 AllocTRES= CurrentWatts=0 AveWatts=0 "
-    "Reason=ha-ops: GPU5 xid: XID 79: GPU has fallen off the bus (+1 more) [root@2026-11-30T22:00:00]\n"
-)
+META = {"plugin": {"type": "openapi/v0.0.38", "name": "Slurm OpenAPI v0.0.38"},
+        "Slurm": {"version": {"major": 22, "micro": 8, "minor": 5}, "release": "22.05.8"}}  # fmt: skip
+XID_REASON = "ha-ops: GPU5 xid: XID 79: GPU has fallen off the bus (+1 more)"
+
+
+def node_record(name: str = "gpu3", state: str | list[str] = "idle", flags: tuple[str, ...] = ("DRAIN",),
+                reason: str = XID_REASON) -> dict[str, Any]:  # fmt: skip
+    """A node as Slurm 22.05's `sinfo --json` describes it (fields trimmed from the lab's)."""
+    return {"architecture": "x86_64", "name": name, "hostname": name, "address": "10.77.0.16", "state": state,
+            "state_flags": list(flags), "reason": reason, "reason_changed_at": 1796300000,
+            "reason_set_by_user": "root", "partitions": ["gpu"], "cpus": 16, "real_memory": 65536, "gres": "gpu:8",
+            "slurmd_version": "22.05.8"}  # fmt: skip
+
+
+def sinfo_json(*records: dict[str, Any]) -> str:
+    return json.dumps({"meta": META, "errors": [], "nodes": list(records or [node_record()])}, indent=2)
 
 
 class StubTransport:
@@ -660,49 +666,57 @@ def ok(stdout: str) -> CommandResult:
     return CommandResult(["scontrol"], 0, stdout, "")
 
 
-def test_slurm_node_parses_a_realistic_line() -> None:
-    transport = StubTransport(ok(SCONTROL_LINE))
+def test_slurm_node_reads_sinfos_json() -> None:
+    transport = StubTransport(ok(sinfo_json(node_record("gpu1", flags=()), node_record())))
     node = Slurm(transport).node("gpu3")  # type: ignore[arg-type]
-    assert transport.calls == [["scontrol", "show", "node", "-o", "gpu3"]]
-    assert node.name == "gpu3"
-    assert node.state == "IDLE+DRAIN"
-    assert node.reason == "ha-ops: GPU5 xid: XID 79: GPU has fallen off the bus (+1 more)"
-    assert node.drained
-    assert node.drained_by_ha_ops
+    assert transport.calls == [["sinfo", "--json"]]
+    assert (node.name, node.state, node.reason) == ("gpu3", "IDLE+DRAIN", XID_REASON)
+    assert node.drained and node.drained_by_ha_ops
 
 
-def test_slurm_node_with_fields_after_the_reason() -> None:
-    """Slurm prints Comment=, Extra=, ReservationName= (when set) after the Reason and its stamp."""
-    line = SCONTROL_LINE.replace("State=IDLE+DRAIN", "State=MIXED+DRAIN").replace(
-        "ha-ops: GPU5 xid: XID 79: GPU has fallen off the bus (+1 more)", "operator maintenance"
-    )
-    line = line.rstrip("\n") + " Comment=rack B7 Extra={} ReservationName=maint\n"
-    node = Slurm(StubTransport(ok(line))).node("gpu3")  # type: ignore[arg-type]
-    assert node.state == "MIXED+DRAIN"
-    assert node.reason == "operator maintenance"
-    assert node.drained and not node.drained_by_ha_ops
-    # Without the stamp (no reason time), the reason still ends at the next field.
-    unstamped = line.replace(" [root@2026-11-30T22:00:00]", "")
-    assert Slurm(StubTransport(ok(unstamped))).node("gpu3").reason == "operator maintenance"  # type: ignore[arg-type]
+@pytest.mark.parametrize(
+    ("state", "flags", "sinfo", "scontrol"),
+    [
+        ("idle", (), "idle", "IDLE"),
+        ("mixed", (), "mixed", "MIXED"),
+        ("idle", ("DRAIN",), "drained", "IDLE+DRAIN"),
+        ("allocated", ("DRAIN",), "draining", "ALLOCATED+DRAIN"),
+        ("idle", ("COMPLETING", "DRAIN"), "draining", "IDLE+COMPLETING+DRAIN"),
+        ("idle", ("NOT_RESPONDING",), "idle*", "IDLE+NOT_RESPONDING"),
+        ("down", ("NOT_RESPONDING",), "down*", "DOWN+NOT_RESPONDING"),
+        ("down", ("DRAIN", "NOT_RESPONDING"), "drained*", "DOWN+DRAIN+NOT_RESPONDING"),
+        (["IDLE", "DRAIN"], (), "drained", "IDLE+DRAIN"),  # Slurm 23.02 and later: one list
+    ],
+)
+def test_slurm_states_are_the_words_sinfo_and_scontrol_print(
+    state: str | list[str], flags: tuple[str, ...], sinfo: str, scontrol: str
+) -> None:
+    slurm = Slurm(StubTransport(ok(sinfo_json(node_record(state=state, flags=flags, reason="r")))))  # type: ignore[arg-type]
+    assert slurm.node_states_and_reasons() == {"gpu3": (sinfo, "r")}
+    assert slurm.node("gpu3").state == scontrol
 
 
-def test_slurm_node_without_a_reason() -> None:
-    line = SCONTROL_LINE.split(" Reason=")[0].replace("State=IDLE+DRAIN", "State=IDLE") + "\n"
-    node = Slurm(StubTransport(ok(line))).node("gpu3")  # type: ignore[arg-type]
-    assert (node.state, node.reason, node.drained, node.drained_by_ha_ops) == ("IDLE", "", False, False)
+def test_a_reason_written_like_other_fields_is_only_a_reason() -> None:
+    """Parsed from `scontrol show node -o`, the reason `x [a@b] State=IDLE` made a drained node read as IDLE and
+    `NodeName=n9` broke every read; in sinfo's %E lines a newline forged another node's line."""
+    hostile = "x [a@b] State=IDLE NodeName=n9 Reason=none\ngpu4|idle|forged"
+    slurm = Slurm(StubTransport(ok(sinfo_json(node_record(reason=hostile), node_record("gpu4", flags=("DRAIN",))))))  # type: ignore[arg-type]
+    assert slurm.node("gpu3").state == "IDLE+DRAIN" and slurm.node("gpu3").reason == hostile
+    assert slurm.node_states_and_reasons() == {"gpu3": ("drained", hostile), "gpu4": ("drained", XID_REASON)}
 
 
-def test_slurm_node_for_the_wrong_node_is_an_error() -> None:
+def test_slurm_node_unknown_or_unreadable_is_an_error() -> None:
     with pytest.raises(TransportError, match="gpu4"):
-        Slurm(StubTransport(ok(SCONTROL_LINE))).node("gpu4")  # type: ignore[arg-type]
-    with pytest.raises(TransportError):
-        Slurm(StubTransport(ok(""))).node("gpu3")  # type: ignore[arg-type]
+        Slurm(StubTransport(ok(sinfo_json()))).node("gpu4")  # type: ignore[arg-type]
+    for answer in ("", "not json", "[1, 2]", '{"nodes": 5}'):
+        with pytest.raises(TransportError, match="sinfo --json"):
+            Slurm(StubTransport(ok(answer))).node("gpu3")  # type: ignore[arg-type]
 
 
 def test_slurm_retries_then_raises_after_persistent_timeouts(monkeypatch: pytest.MonkeyPatch) -> None:
     sleeps: list[float] = []
     monkeypatch.setattr("ha_ops.schedulers.slurm.time.sleep", sleeps.append)
-    transport = StubTransport(CommandTimeout(["scontrol", "show", "node"], 10.0))
+    transport = StubTransport(CommandTimeout(["sinfo", "--json"], 10.0))
     slurm = Slurm(transport, timeout=10.0, retries=2, retry_wait=0.5)  # type: ignore[arg-type]
     with pytest.raises(CommandTimeout):
         slurm.node("gpu3")
@@ -712,8 +726,8 @@ def test_slurm_retries_then_raises_after_persistent_timeouts(monkeypatch: pytest
 
 def test_slurm_retry_succeeds_after_a_transient_failure() -> None:
     transport = StubTransport(
-        CommandTimeout(["scontrol"], 10.0), CommandFailed(["scontrol"], 1, "", "Unable to contact slurm controller"),
-        ok(SCONTROL_LINE),
+        CommandTimeout(["sinfo"], 10.0), CommandFailed(["sinfo"], 1, "", "Unable to contact slurm controller"),
+        ok(sinfo_json()),
     )  # fmt: skip
     node = Slurm(transport, retries=2, retry_wait=0.0).node("gpu3")  # type: ignore[arg-type]
     assert node.drained_by_ha_ops

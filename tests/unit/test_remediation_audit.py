@@ -256,3 +256,19 @@ def test_a_second_writer_is_seen_by_a_log_that_cached_its_head(tmp_path: Path) -
     theirs.append(at=2.0, who="ctl2", what="resume", node="n1", why="y", intent="i2")
     assert mine.head().seq == 2 and mine.intents() == {"i1", "i2"}
     assert verify(path) == []
+
+
+def test_a_torn_last_line_loses_no_other_entry(log_path: Path) -> None:
+    """A crash mid-append leaves half a line with no newline: the next append starts a line of its own, so it is
+    whole and chains to the last whole entry; only the torn line is named."""
+    whole = lines(log_path)
+    torn = whole[-1][: len(whole[-1]) // 2]
+    log_path.write_text("".join(f"{line}\n" for line in whole[:-1]) + torn)  # the 4th entry was being written
+    log = AuditLog.at(log_path)
+    head = log.append(at=200.0, who="ctl2 (token 4)", what="drain", node="n9", why="after the crash")
+    after = lines(log_path)
+    assert after[:3] == whole[:3] and after[3] == torn
+    entry = json.loads(after[4])
+    assert entry["node"] == "n9" and entry["seq"] == 4 and entry["prev"] == json.loads(whole[2])["hash"]
+    assert head == AuditHead(4, entry["hash"])
+    assert verify(log_path) == ["line 4: not valid JSON", "line 5: seq 4 follows 4 (an entry is missing or moved)"]

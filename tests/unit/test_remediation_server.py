@@ -6,6 +6,7 @@ from __future__ import annotations
 import http.client
 import json
 import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -331,3 +332,95 @@ def test_a_deposed_leader_answers_503_and_writes_nothing(
     # Its renewal has run out on its own clock: it answers as a standby, naming the holder it reads.
     assert status == 503 and body == {"error": "standby", "leader": "ctl2"}
     assert api.files() == before
+
+
+# --- hostile callers --------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        ({"node": "gpu7;touch /tmp/x;#"}, ["node", "is not a node name"]),
+        ({"node": "n1/../n2"}, ["node", "is not a node name"]),
+        ({"reason": "x" * 1025}, ["reason", "at most 1024"]),
+        ({"seq": 2**62}, ["seq", "less than or equal"]),
+        ({"agent_id": "a" * 129}, ["agent_id", "at most 128"]),
+        ({"sent_at": "nan"}, ["sent_at"]),
+        ({"findings": [{"check": "xid", "severity": "critical", "action": "reset_gpu", "message": "m"}] * 1025},
+         ["findings", "at most 1024"]),
+        ({"gpus": [{"index": 1000, "state": "healthy"}]}, ["gpus.0.index"]),
+    ],
+)  # fmt: skip
+def test_a_hostile_report_is_400_and_changes_nothing(api: Api, change: dict[str, Any], words: list[str]) -> None:
+    before = api.files()
+    status, body, _ = api.call("/v1/reports", report_body(**change))
+    assert status == 400 and all(w in body["error"] for w in words), body
+    assert api.files() == before
+
+
+def test_a_body_over_the_limit_is_refused_on_its_length_before_it_is_read(api: Api) -> None:
+    """A 1 MiB reason used to be read, stored in the state and audited; a report is now at most 256 KiB, judged
+    by its Content-Length before a byte of it is read (headers only here: a server that closes a socket with a
+    client's unread bytes in it resets the connection, and the client may lose the answer)."""
+    before = api.files()
+    status, body = api.raw({"Content-Length": str(len(json.dumps(report_body(reason="x" * (1 << 20)))))})
+    assert status == 400 and "a JSON body of 1 byte to 262144 bytes is required" in body["error"]
+    assert api.files() == before
+
+
+def test_control_characters_in_a_reason_become_spaces(api: Api) -> None:
+    status, _, _ = api.call("/v1/reports", report_body(reason="XID 79\nNodeName=n9 State=IDLE\x00"))
+    assert status == 200
+    state = json.loads(api.files()["state.json"])
+    assert state["nodes"]["n1"]["last_report"]["reason"] == "XID 79 NodeName=n9 State=IDLE "
+
+
+def test_the_state_does_not_show_what_would_let_a_caller_forge_a_report(api: Api) -> None:
+    assert api.call("/v1/reports", report_body(state="healthy", action="none", reason="", findings=[]))[0] == 200
+    _, body, _ = api.call("/v1/state")
+    last = body["state"]["nodes"]["n1"]["last_report"]
+    assert last["state"] == "healthy" and "agent_id" not in last and "seq" not in last
+
+
+def test_a_repaired_node_is_named_as_a_node_or_refused(api: Api) -> None:
+    status, body, _ = api.call("/v1/nodes/n1;reboot/repaired", {})
+    assert status == 400 and "is not a node name" in body["error"]
+
+
+def test_only_ha_ops_storage_alerts_are_recorded(api: Api, leader: Controller) -> None:
+    forged = [{"status": "firing", "labels": {"alertname": f"HaOpsStorage{i}"}} for i in range(50)]
+    real = {"status": "firing", "labels": {"alertname": "HaOpsStorageMasterDown"}}
+    status, body, _ = api.call("/v1/alerts", {**webhook(), "alerts": [*forged, real]})
+    assert status == 200 and body["notes"][-1] == "storage alert HaOpsStorageMasterDown firing"
+    assert body["notes"][0] == "ignored: alert 'HaOpsStorage0' is not one of ha-ops' alerts"
+    assert list(json.loads(api.files()["state.json"])["storage_alerts"]) == ["HaOpsStorageMasterDown"]
+
+
+def test_half_sent_requests_are_dropped_and_hold_at_most_the_worker_pool(
+    tmp_path: Path, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """20 callers that send half a request and wait: each is dropped after the socket timeout, at most MAX_WORKERS
+    threads serve them meanwhile, and a genuine report is answered once a worker is free."""
+    from ha_ops.remediation import server
+
+    monkeypatch.setattr(server, "SOCKET_TIMEOUT_S", 0.3)
+    monkeypatch.setattr(server, "MAX_WORKERS", 4)
+    controller = make_controller(tmp_path / "shared", "ctl1", clock)
+    controller.lease_step()
+    threads_before = threading.active_count()
+    with serving(controller) as api:
+        host, port = api.base.removeprefix("http://").split(":")
+        stalled = []
+        for _ in range(20):
+            conn = http.client.HTTPConnection(host, int(port), timeout=10)
+            conn.putrequest("POST", "/v1/reports")
+            conn.putheader("Content-Length", "500")
+            conn.endheaders(b"{")  # and never the rest
+            stalled.append(conn)
+        busiest = 0
+        for _ in range(20):
+            busiest = max(busiest, threading.active_count() - threads_before)
+            time.sleep(0.05)
+        status, body, _ = api.call("/v1/reports", report_body())
+        assert status == 200 and body["accepted"] is True
+        assert busiest <= 4 + 1  # the workers, and the server's own thread
+        for conn in stalled:
+            conn.close()

@@ -33,7 +33,7 @@ from ha_ops.spec.model import ClusterSpec
 class AwsClusterConfig(BaseModel):
     """What the spec does not say about AWS."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     ami: str = Field(min_length=1, description="The node image (e.g. an AWS Deep Learning AMI with EFA drivers).")
     zones: dict[str, str] = Field(
