@@ -44,8 +44,10 @@ class LastReport(BaseModel):
     state: str
     action: str
     reason: str
-    seq: int
-    agent_id: str
+    # Kept in the state (a later report with a lower seq from the same agent run is stale); left out of the API's
+    # /v1/state, which a reader parses with these defaults (ha_ops.remediation.server.public_state).
+    seq: int = 0
+    agent_id: str = ""
     at: float
     gpus: list[int] = Field(default_factory=list)  # GPUs with critical findings
 
