@@ -101,10 +101,12 @@ def account(cluster: Cluster, directory: str, ids: list[str], wait_s: float) -> 
         done, started = lines.get(f"{job}.done", 0), lines.get(f"{job}.started", 0)
         if done > 1:
             result.ran_twice.append(job)
+        elif job in queued:
+            # Still queued, even after a run that finished: Slurm lost that completion (it reached no controller in
+            # control) and requeued the job, which will run again.
+            result.unfinished.append(job)
         elif done == 1:
             result.completed_once.append(job)
-        elif job in queued:
-            result.unfinished.append(job)
         else:
             result.lost.append(job)
         if started > 1:

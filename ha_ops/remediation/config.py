@@ -76,7 +76,11 @@ class SlurmFence(ConfigModel):
 
     enabled: bool = True
     after_s: float = Field(
-        20.0, gt=0, description="The primary DOWN and the backup UP for this long (> SlurmctldTimeout) before fencing."
+        20.0,
+        gt=0,
+        description="The primary DOWN and the backup UP for this long before fencing. Keep after_s plus the fence's "
+        "time (ssh_connect_timeout_s, the BMC's power off) under 1.5 x SlurmctldTimeout: jobs that end while no "
+        "controller is in control lose their completion after that and Slurm requeues them.",
     )
     command: str = Field("pkill -KILL -x slurmctld", description="Run on the hung primary's host over ssh.")
     ssh_connect_timeout_s: float = Field(
@@ -90,8 +94,8 @@ class SlurmFence(ConfigModel):
     )
     takeover_command: str | None = Field(
         "scontrol takeover",
-        description="Run on the controller's host after a fence through the BMC: the backup takes control at once "
-        "(the heartbeat the cut-off primary kept writing is still fresh).",
+        description="Run on the controller's host after a successful fence (over ssh or through the BMC): the backup "
+        "takes control at once, not after SlurmctldTimeout (a cut-off primary's heartbeat stays fresh meanwhile).",
     )
 
 

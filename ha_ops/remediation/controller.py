@@ -518,11 +518,13 @@ class Controller:
         outcome = fence_primary(host, fence.command, fence.power_off_command, run_on, ops.run_here)
         self._audit_fence(token, "fence_slurmctld", host, why, "DOWN (hung or cut off)", outcome.said)
         backup = next((h for h, state in controllers[1:] if state == "UP"), None)
-        if outcome.how == "bmc" and fence.takeover_command and backup is not None:
+        if outcome.fenced and fence.takeover_command and backup is not None:
+            # At once, not after SlurmctldTimeout: while no controller is in control, a job that ends cannot report
+            # it (slurmstepd gives up after 1.5 x SlurmctldTimeout), and Slurm later requeues the finished job.
             result = ops.run_here(fence.takeover_command)
             said = "told to take control" if result.ok else f"takeover failed: exit {result.returncode}"
-            self._audit_fence(token, "slurm_takeover", backup, f"{host} was powered off through its BMC",
-                              "standby", said)  # fmt: skip
+            how = "powered off through its BMC" if outcome.how == "bmc" else "fenced over ssh"
+            self._audit_fence(token, "slurm_takeover", backup, f"{host} was {how}", "standby", said)
 
     def _audit_fence(self, token: int, what: str, node: str, why: str, before: str, after: str) -> None:
         with self._lock:

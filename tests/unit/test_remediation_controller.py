@@ -600,6 +600,39 @@ def test_a_cut_off_primary_is_powered_off_through_its_bmc_then_the_backup_is_tol
     assert len(ops.here) == 2  # once per outage
 
 
+class HungPrimary(CutOffPrimary):
+    """Node access where the Slurm primary's host answers ssh, so the fence kills its slurmctld there."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.on: list[tuple[str, str]] = []
+
+    def run_command(self, node: str, command: str, connect_timeout_s: float | None = None) -> CommandResult:
+        self.on.append((node, command))
+        return CommandResult(["ssh", node, command], 0, "killed slurmctld 42", "")
+
+
+def test_a_primary_fenced_over_ssh_is_followed_by_the_takeover_at_once(tmp_path: Path) -> None:
+    # Not after SlurmctldTimeout: a job that ends while no controller is in control loses its completion.
+    rig = Rig(tmp_path)
+    fence = SlurmFence(after_s=5, power_off_command="ha-ops power off {node} -i hosts.yml")
+    rig.c.config = rig.config.model_copy(update={"slurm_fence": fence})
+    rig.c.fence.after_s = fence.after_s
+    ops = HungPrimary()
+    rig.executor.node_ops = ops  # type: ignore[attr-defined]
+    rig.c.lease_step()
+    silent = [("ctl1", "DOWN"), ("ctl2", "UP")]
+    rig.c._fence_step(silent)
+    rig.step(seconds=6.0, ticks=5)
+    rig.c.heard_from("n1")
+    rig.c._fence_step(silent)
+    assert ops.on == [("ctl1", "pkill -KILL -x slurmctld")]
+    assert ops.here == ["scontrol takeover"]  # no power off: ssh reached it
+    fenced, took = [e for e in rig.audit() if e["what"] in ("fence_slurmctld", "slurm_takeover")]
+    assert fenced["after"] == "fenced over ssh: killed slurmctld 42"
+    assert (took["node"], took["why"], took["after"]) == ("ctl2", "ctl1 was fenced over ssh", "told to take control")
+
+
 # --- a blind leader steps down ----------------------------------------------------------------------------------
 def see(rig: Rig, slurm: bool = True, agents: tuple[str, ...] = ()) -> None:
     """What this controller observed just now: a successful read of Slurm, and agents' reports arriving."""
