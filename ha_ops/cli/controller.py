@@ -14,7 +14,7 @@ from rich.table import Table
 
 from ha_ops.cli import output
 from ha_ops.errors import SpecError, TransportError
-from ha_ops.remediation.audit import AuditHead, verify, verify_text
+from ha_ops.remediation.audit import AuditHead, read_key, verify, verify_text
 from ha_ops.remediation.config import ControllerConfig, load_controller_config
 from ha_ops.remediation.store import read_state
 from ha_ops.schedulers.base import Scheduler
@@ -160,24 +160,30 @@ def audit_verify(
     file: Path | None = typer.Argument(None, help="audit.jsonl (or --config)."),
     state: Path | None = typer.Option(None, "--state", help="The controller's state.json: also checks the log's end."),
     config: Path | None = ConfigOpt,
+    key_file: Path | None = typer.Option(
+        None, "--key-file", help="The audit key, to check keyed entries' HMACs (with --config: its audit_key_file)."
+    ),
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:
-    """Check the audit log's hash chain: a changed, inserted or removed line is named. Exit 1 if broken."""
+    """Check the audit log's chain: a changed, inserted or removed line is named, and with the key an entry
+    rewritten without it. Exit 1 if broken."""
     head = None
     if config is not None:  # the log and the state where the controllers keep them, the end checked too
         from ha_ops.remediation.controller import make_documents
         from ha_ops.remediation.store import load_state
 
-        documents = make_documents(load_controller_config(config))
+        cfg = load_controller_config(config)
+        key = read_key(key_file or cfg.audit_key_file) if (key_file or cfg.audit_key_file) else None
+        documents = make_documents(cfg)
         where, text = documents.describe("audit.jsonl"), documents.read("audit.jsonl") or ""
         recorded = load_state(documents)
         head = AuditHead(recorded.audit_seq, recorded.audit_hash)
-        problems = verify_text(text, head)
+        problems = verify_text(text, head, key)
     elif file is not None:
         if state is not None:
             recorded_state = read_state(state)
             head = AuditHead(recorded_state.audit_seq, recorded_state.audit_hash)
-        where, problems = str(file), verify(file, head)
+        where, problems = str(file), verify(file, head, read_key(key_file) if key_file else None)
         text = file.read_text(errors="replace") if file.exists() else ""
     else:
         raise typer.BadParameter("give the log's FILE or --config", param_hint="FILE")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import secrets
 import sys
 from pathlib import Path
 
@@ -35,6 +37,22 @@ def state_dir(ctx: LabContext) -> Path:
 
 def config_path(ctx: LabContext, node: str) -> Path:
     return ctx.node_dir(node) / "controller.yaml"
+
+
+def audit_key_path(ctx: LabContext, node: str) -> Path:
+    """The audit log's HMAC key on the controller node's own disk: never beside the log on the shared storage."""
+    return ctx.node_dir(node) / "audit.key"
+
+
+def write_audit_keys(ctx: LabContext) -> None:
+    """One key for the lab (both controllers sign the same chain), made once and copied to each controller node."""
+    lab_key = ctx.paths.root / "audit-key"
+    if not lab_key.exists():
+        lab_key.write_text(secrets.token_hex(32))
+    for n in ctx.layout.nodes_with_role("controller"):
+        path = audit_key_path(ctx, n.name)
+        path.write_text(lab_key.read_text())
+        os.chmod(path, 0o600)
 
 
 def base_urls(ctx: LabContext) -> list[str]:
@@ -76,6 +94,7 @@ def render_config(ctx: LabContext, node: str) -> dict:
         "port": rem.port,
         "peers": base_urls(ctx),
         **where,
+        "audit_key_file": str(audit_key_path(ctx, node)),
         "partition": ctx.spec.gpu_partition,
         "pools": pools,
         "safety": {
@@ -125,6 +144,7 @@ def prepare(ctx: LabContext) -> None:
     if not storage.enabled(ctx):  # (on MooseFS it is made once the storage is mounted: lab.storage_ops.ensure)
         state_dir(ctx).mkdir(parents=True, exist_ok=True)
     write_ssh_inventory(ctx)  # the nodes' BMCs, for the power cycle
+    write_audit_keys(ctx)
     for n in ctx.layout.nodes_with_role("controller"):
         config_path(ctx, n.name).write_text(yaml.safe_dump(render_config(ctx, n.name), sort_keys=False))
 

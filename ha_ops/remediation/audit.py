@@ -2,27 +2,49 @@
 inserted or removed line breaks the chain; the controller's state keeps the head (seq and hash), so a cut-off tail
 is detected too.
 
-Entry: seq, at, who, what, node, why, before, after, intent, prev, hash.
+With a key (the controller's `audit_key_file`, kept off the shared storage) each hash is an HMAC-SHA256 and the
+entry says so (`"mac": "hmac-sha256"`): whoever can write the log but not read the key cannot recompute the chain
+after editing it. Without a key the hash is a plain SHA-256, which shows accidents but not an attacker.
+
+Entry: seq, at, who, what, node, why, before, after, intent, prev, [mac], hash.
 """
 
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 from collections.abc import Hashable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ha_ops.errors import SpecError
 from ha_ops.remediation.documents import DirectoryDocuments, Documents
 
 GENESIS = "0" * 64
 ENTRY_FIELDS = ("at", "who", "what", "node", "why", "before", "after", "intent")
 
 
-def _digest(entry: dict[str, Any]) -> str:
-    body = {k: v for k, v in entry.items() if k != "hash"}
-    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+MAC = "hmac-sha256"
+
+
+def _digest(entry: dict[str, Any], key: bytes | None = None) -> str:
+    body = json.dumps({k: v for k, v in entry.items() if k != "hash"}, sort_keys=True, separators=(",", ":")).encode()
+    if key is None:
+        return hashlib.sha256(body).hexdigest()
+    return hmac.new(key, body, hashlib.sha256).hexdigest()
+
+
+def read_key(path: Path) -> bytes:
+    """The audit key from its file (at least 32 bytes once surrounding whitespace is stripped)."""
+    try:
+        key = Path(path).read_bytes().strip()
+    except OSError as exc:
+        raise SpecError("audit_key_file", [f"{path}: cannot read ({exc.strerror})"]) from None
+    if len(key) < 32:
+        raise SpecError("audit_key_file", [f"{path}: an audit key needs at least 32 bytes, it has {len(key)}"])
+    return key
 
 
 @dataclass(frozen=True)
@@ -32,9 +54,10 @@ class AuditHead:
 
 
 class AuditLog:
-    def __init__(self, documents: Documents, name: str = "audit.jsonl") -> None:
+    def __init__(self, documents: Documents, name: str = "audit.jsonl", key: bytes | None = None) -> None:
         self.documents = documents
         self.name = name
+        self.key = key
         # The head and the audited intents, read once and then kept up to date by append(); read again only when
         # the log changed underneath (another controller appended), so a tick does not re-read the whole log.
         self._seen: Hashable | None = None
@@ -42,9 +65,9 @@ class AuditLog:
         self._intents: set[str] = set()
 
     @classmethod
-    def at(cls, path: Path) -> AuditLog:
+    def at(cls, path: Path, key: bytes | None = None) -> AuditLog:
         """The log in a file."""
-        return cls(DirectoryDocuments(Path(path).parent), Path(path).name)
+        return cls(DirectoryDocuments(Path(path).parent), Path(path).name, key)
 
     def _load(self) -> None:
         signature = self.documents.version(self.name)
@@ -82,6 +105,17 @@ class AuditLog:
         self._load()
         return set(self._intents)
 
+    def resume(self, recorded: AuditHead) -> list[str]:
+        """At the start of a leader's term: check the chain against the head the state recorded (the key's HMACs too)
+        and return its problems. Where the log does not hold that head (cut, or rewritten), the chain goes on from the
+        recorded head, not from the log's end: the state's head is never overwritten from the log, and every later
+        `audit verify` still shows the break where it was made."""
+        problems = verify_text(self.text(), recorded, self.key)
+        self._load()
+        if any(p.startswith("the controller's state records") for p in problems):
+            self._head = recorded
+        return problems
+
     def head_as_written(self) -> AuditHead:
         """The head as this process last read or wrote it, without asking the documents (a read of the whole log
         where it is a ConfigMap): for the lease holder, the only writer, once it has read the log at the start of
@@ -115,7 +149,9 @@ class AuditLog:
         lines, intents = [], []
         for fields in entries:
             entry: dict[str, Any] = {"seq": head.seq + 1, **{k: fields.get(k) for k in ENTRY_FIELDS}, "prev": head.hash}
-            entry["hash"] = _digest(entry)
+            if self.key is not None:
+                entry["mac"] = MAC
+            entry["hash"] = _digest(entry, self.key)
             lines.append(json.dumps(entry, sort_keys=True) + "\n")
             head = AuditHead(entry["seq"], entry["hash"])
             if entry["intent"]:
@@ -129,7 +165,7 @@ class AuditLog:
         return self._head
 
 
-def verify(path: Path, expected_head: AuditHead | None = None) -> list[str]:
+def verify(path: Path, expected_head: AuditHead | None = None, key: bytes | None = None) -> list[str]:
     """Problems in the chain of the log in a file, each naming the line; empty when the log is intact."""
     try:
         text = Path(path).read_text(errors="replace")
@@ -137,13 +173,29 @@ def verify(path: Path, expected_head: AuditHead | None = None) -> list[str]:
         if isinstance(exc, FileNotFoundError) and expected_head is not None and expected_head.seq == 0:
             return []  # nothing was ever done: no log yet, and the state agrees
         return [f"{path}: cannot read ({exc.strerror})"]
-    return verify_text(text, expected_head)
+    return verify_text(text, expected_head, key)
 
 
-def verify_text(text: str, expected_head: AuditHead | None = None) -> list[str]:
-    """Problems in the chain, each naming the line; empty when the log is intact."""
+def _hash_problem(entry: dict[str, Any], key: bytes | None) -> str | None:
+    """Why an entry's own hash does not hold, or None. With the key every entry must be keyed and match: an entry
+    rewritten with a plain SHA-256 (all that someone without the key can compute) is refused. Without the key a
+    keyed entry's hash cannot be checked, only its place in the chain."""
+    keyed = entry.get("mac") == MAC
+    if key is not None and not keyed:
+        return "not keyed (written or rewritten without the audit key)"
+    if keyed and key is None:
+        return None
+    if entry.get("hash") != _digest(entry, key if keyed else None):
+        return "content does not match its hash (changed)"
+    return None
+
+
+def verify_text(text: str, expected_head: AuditHead | None = None, key: bytes | None = None) -> list[str]:
+    """Problems in the chain, each naming the line; empty when the log is intact. Give the key to check keyed
+    entries' HMACs (and to refuse unkeyed ones)."""
     problems: list[str] = []
     prev_hash, prev_seq = GENESIS, 0
+    hashes = {0: GENESIS}  # seq -> hash, to find the state's head in the log
     lines = text.splitlines()
     for number, line in enumerate(lines, start=1):
         if not line.strip():
@@ -163,13 +215,17 @@ def verify_text(text: str, expected_head: AuditHead | None = None) -> list[str]:
             problems.append(f"line {number}: seq {seq} follows {prev_seq} (an entry is missing or moved)")
         if entry.get("prev") != prev_hash and prev_hash != "?":
             problems.append(f"line {number}: does not chain to the previous entry (removed or changed before it)")
-        if entry.get("hash") != _digest(entry):
-            problems.append(f"line {number}: content does not match its hash (changed)")
+        if why := _hash_problem(entry, key):
+            problems.append(f"line {number}: {why}")
         valid_seq = isinstance(seq, int) and not isinstance(seq, bool)
         prev_hash, prev_seq = str(entry.get("hash")), seq if valid_seq else prev_seq + 1
-    if expected_head is not None and (prev_seq, prev_hash) != (expected_head.seq, expected_head.hash):
+        hashes[prev_seq] = prev_hash
+    if expected_head is not None and hashes.get(expected_head.seq) != expected_head.hash:
+        # The log may run past the state's head (a leader that appended, then stopped before its state was written),
+        # never short of it.
         problems.append(
-            f"the log ends at seq {prev_seq} but the controller's state records seq {expected_head.seq}: "
-            "entries at the end were removed or changed"
+            f"the controller's state records seq {expected_head.seq} but the log "
+            + (f"ends at seq {prev_seq}" if prev_seq < expected_head.seq else "holds another entry there")
+            + ": entries were removed or changed"
         )
     return problems

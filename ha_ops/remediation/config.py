@@ -147,6 +147,12 @@ class ControllerConfig(ConfigModel):
         "slurm", description="Whose nodes and jobs the controller acts on (schedulers/); `partition` names the pool."
     )
     kubernetes: KubernetesConfig | None = None
+    audit_key_file: Path | None = Field(
+        None,
+        description="The key (32 bytes or more) that makes the audit chain an HMAC chain: on each controller's own "
+        "disk (or a Kubernetes Secret), the same on both, never on the shared storage with the log. None: a plain "
+        "SHA-256 chain, which shows accidents but not an attacker who can write the log.",
+    )
     lease_ttl_s: float = Field(3.0, gt=0)
     lease_renew_s: float = Field(1.0, gt=0)
     lease_margin_s: float = Field(0.5, ge=0)
@@ -193,6 +199,9 @@ class ControllerConfig(ConfigModel):
         k8s = self.kubernetes
         if self.state_dir is None and (k8s is None or k8s.lease is None or k8s.state is None):
             raise ValueError("state_dir is required unless kubernetes.lease and kubernetes.state keep it in the API")
+        key, shared = self.audit_key_file, self.state_dir
+        if key is not None and shared is not None and key.resolve().is_relative_to(shared.resolve()):
+            raise ValueError(f"audit_key_file: {key} is on the shared storage (state_dir {shared}), beside the log")
         return self
 
 

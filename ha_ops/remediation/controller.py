@@ -25,7 +25,7 @@ from prometheus_client.registry import Collector
 
 from ha_ops.health.report import AgentReport
 from ha_ops.remediation import monitoring_watch, policy
-from ha_ops.remediation.audit import AuditLog
+from ha_ops.remediation.audit import AuditHead, AuditLog, read_key
 from ha_ops.remediation.config import ControllerConfig
 from ha_ops.remediation.documents import DirectoryDocuments, Documents
 from ha_ops.remediation.executor import Executor
@@ -55,7 +55,7 @@ class Controller:
         self.lease = make_lease(config, clock)
         self.documents = make_documents(config)
         self.store = StateStore(self.documents, self.lease)
-        self.audit = AuditLog(self.documents)
+        self.audit = AuditLog(self.documents, key=read_key(config.audit_key_file) if config.audit_key_file else None)
         self.views = ViewStore(self.documents, config.id)
         self.peer_views: list[View] = []  # as read at the last lease step
         self.slurm_ok_at = 0.0  # the last successful read of Slurm's node states
@@ -165,9 +165,18 @@ class Controller:
         state = self.store.load()
         policy.init_state(state, self.config, self.clock())
         state.leading_since = self.clock()
-        self.audit.head()  # the log read afresh: its predecessor may have written after its last save
+        # The log read afresh (its predecessor may have written after its last save) and its chain checked against
+        # the head the state recorded: a cut or edited log is found here, at every takeover, not adopted.
+        problems = self.audit.resume(AuditHead(state.audit_seq, state.audit_hash))
+        state.audit_problems = problems[:20]
         self.token, self.state, self._saved = token, state, ""
         self._unaudited = []  # a term's own: its predecessor's unwritten actions are checked again, by running them
+        if problems:
+            log.error("the audit log is not intact: %s", "; ".join(problems[:5]))
+            self._unaudited.append({"at": self.clock(), "who": self._who(token), "what": "audit_chain_broken",
+                                    "node": None, "why": "; ".join(problems[:5])[:2000],
+                                    "before": f"seq {state.audit_seq}",
+                                    "after": "the chain goes on from the state's head"})  # fmt: skip
         self._save()
         pending = len(state.pending())
         log.warning("%s is the leader (token %d); %d pending intent(s) to finish", self.config.id, token, pending)
@@ -674,6 +683,14 @@ class _Metrics(Collector):
         for alert in state.storage_alerts:
             storage_alerts.add_metric([alert], 1.0)
         yield storage_alerts
+        head = c.audit.head_as_written()
+        yield _single("ha_ops_audit_head_seq", "The audit log's last entry", {"id": c.config.id}, float(head.seq))
+        yield _single(
+            "ha_ops_audit_intact",
+            "0 when this leader's takeover found the audit log cut or changed",
+            {"id": c.config.id},
+            float(not state.audit_problems),
+        )
         yield _single(
             "ha_ops_controller_monitoring_down",
             "1 while the controller finds Prometheus down",

@@ -109,6 +109,7 @@ class ControllerState(BaseModel):
     next_intent: int = 1
     audit_seq: int = 0
     audit_hash: str = "0" * 64
+    audit_problems: list[str] = Field(default_factory=list)  # what the last takeover found wrong in the audit log
     deferred: dict[str, str] = Field(default_factory=dict)  # node -> why a cordon was held back (rate, capacity)
     leading_since: float = 0.0  # when the current leader took over
     storage_alerts: dict[str, float] = Field(default_factory=dict)  # firing storage alerts -> since when

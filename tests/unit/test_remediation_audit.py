@@ -272,3 +272,93 @@ def test_a_torn_last_line_loses_no_other_entry(log_path: Path) -> None:
     assert entry["node"] == "n9" and entry["seq"] == 4 and entry["prev"] == json.loads(whole[2])["hash"]
     assert head == AuditHead(4, entry["hash"])
     assert verify(log_path) == ["line 4: not valid JSON", "line 5: seq 4 follows 4 (an entry is missing or moved)"]
+
+
+# --- the keyed chain (HMAC) -------------------------------------------------------------------------------------
+KEY = b"k" * 32
+
+
+def keyed_log(path: Path) -> AuditLog:
+    log = AuditLog.at(path, KEY)
+    for i in range(1, 5):
+        log.append(at=100.0 + i, who="ctl1 (token 3)", what="drain", node=f"n{i}", why=f"reason {i}")
+    return log
+
+
+def rechain_without_the_key(entries: list[dict]) -> list[str]:
+    """What someone who can write the log but not read the key can do: fix every seq, prev and hash (SHA-256)."""
+    out, prev = [], GENESIS
+    for seq, entry in enumerate(entries, start=1):
+        entry = {k: v for k, v in entry.items() if k not in ("hash", "mac")} | {"seq": seq, "prev": prev}
+        entry["hash"] = prev = _digest(entry)
+        out.append(json.dumps(entry, sort_keys=True))
+    return out
+
+
+@pytest.mark.parametrize("tamper", ["edit", "remove", "reorder", "truncate"])
+def test_tampering_and_rechaining_without_the_key_is_detected(tmp_path: Path, tamper: str) -> None:
+    path = tmp_path / "audit.jsonl"
+    head = keyed_log(path).head()
+    assert verify(path, head, KEY) == [] and json.loads(lines(path)[0])["mac"] == "hmac-sha256"
+    entries = [json.loads(line) for line in lines(path)]
+    if tamper == "edit":
+        entries[1]["why"] = "nothing happened here"
+    elif tamper == "remove":
+        del entries[1]
+    elif tamper == "reorder":
+        entries[1], entries[2] = entries[2], entries[1]
+    else:
+        entries = entries[:2]
+    put(path, rechain_without_the_key(entries))
+    assert verify(path) == []  # a plain SHA-256 chain, recomputed: intact to anyone without the key
+    problems = verify(path, head, KEY)
+    assert "line 1: not keyed (written or rewritten without the audit key)" in problems, problems
+    keyed_rewrite = [json.loads(line) | {"mac": "hmac-sha256"} for line in lines(path)]
+    put(path, [json.dumps(e, sort_keys=True) for e in keyed_rewrite])  # claiming a key it does not have
+    assert "line 1: content does not match its hash (changed)" in verify(path, head, KEY)
+
+
+def test_a_keyed_log_without_the_key_checks_the_links_only(tmp_path: Path) -> None:
+    path = tmp_path / "audit.jsonl"
+    keyed_log(path)
+    assert verify(path) == []
+    entries = lines(path)
+    put(path, [entries[0], entries[2], entries[3]])
+    assert "line 2: does not chain to the previous entry (removed or changed before it)" in verify(path)
+    other_key = b"another key, also 32 bytes long!"
+    assert verify(path, key=other_key)[0] == "line 1: content does not match its hash (changed)"
+
+
+def test_a_takeover_goes_on_from_the_states_head_when_the_log_was_cut(tmp_path: Path) -> None:
+    path = tmp_path / "audit.jsonl"
+    head = keyed_log(path).head()
+    put(path, lines(path)[:2])  # the tail cut off
+    successor = AuditLog.at(path, KEY)
+    problems = successor.resume(head)
+    assert problems and "records seq 4 but the log ends at seq 2" in problems[0]
+    successor.append(at=300.0, who="ctl2 (token 4)", what="audit_chain_broken", node=None, why=problems[0])
+    after = [json.loads(line) for line in lines(path)]
+    assert (after[-1]["seq"], after[-1]["prev"]) == (5, head.hash)  # not 3 after the cut: the state's head stands
+    assert "line 3: seq 5 follows 2 (an entry is missing or moved)" in verify(path, key=KEY)
+
+
+def test_a_log_that_runs_past_the_states_head_is_intact(tmp_path: Path) -> None:
+    # A leader appended, then stopped before it wrote the state: the log is ahead, never short.
+    path = tmp_path / "audit.jsonl"
+    log = keyed_log(path)
+    recorded = log.head()
+    log.append(at=200.0, who="ctl1 (token 3)", what="resume", node="n1", why="after the last save")
+    assert AuditLog.at(path, KEY).resume(recorded) == [] and verify(path, recorded, KEY) == []
+
+
+def test_an_audit_key_is_read_whole_and_refused_short_or_missing(tmp_path: Path) -> None:
+    from ha_ops.errors import SpecError
+    from ha_ops.remediation.audit import read_key
+
+    (tmp_path / "key").write_bytes(KEY + b"\n")
+    assert read_key(tmp_path / "key") == KEY
+    (tmp_path / "short").write_bytes(b"abc")
+    with pytest.raises(SpecError, match=r"audit_key_file: .*needs at least 32 bytes, it has 3"):
+        read_key(tmp_path / "short")
+    with pytest.raises(SpecError, match=r"audit_key_file: .*cannot read"):
+        read_key(tmp_path / "none")

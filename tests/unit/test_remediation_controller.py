@@ -18,7 +18,7 @@ from prometheus_client import generate_latest
 
 from ha_ops.errors import TransportError
 from ha_ops.health.report import AgentReport, ReportFinding
-from ha_ops.remediation.audit import AuditHead, verify
+from ha_ops.remediation.audit import AuditHead, AuditLog, verify
 from ha_ops.remediation.config import (
     ControllerConfig,
     KubernetesConfig,
@@ -631,6 +631,37 @@ def test_a_primary_fenced_over_ssh_is_followed_by_the_takeover_at_once(tmp_path:
     fenced, took = [e for e in rig.audit() if e["what"] in ("fence_slurmctld", "slurm_takeover")]
     assert fenced["after"] == "fenced over ssh: killed slurmctld 42"
     assert (took["node"], took["why"], took["after"]) == ("ctl2", "ctl1 was fenced over ssh", "told to take control")
+
+
+def test_a_takeover_finds_a_cut_audit_log_and_goes_on_from_the_states_head(tmp_path: Path) -> None:
+    key = b"s" * 32
+    clock = Clock()
+    a, b = Rig(tmp_path, "ctl1", clock), Rig(tmp_path, "ctl2", clock)
+    a.c.audit, b.c.audit = AuditLog(a.c.documents, key=key), AuditLog(b.c.documents, key=key)
+    a.c.lease_step()
+    b.c.lease_step()
+    a.c.handle_report(report())
+    a.step(ticks=8)  # the episode, audited (keyed)
+    recorded = a.state()
+    assert recorded.audit_seq == len(EPISODE) and recorded.audit_problems == []
+    path = a.dir / "audit.jsonl"
+    path.write_text("".join(f"{line}\n" for line in path.read_text().splitlines()[:2]))  # the tail cut off
+    clock.now += 3.0  # ctl1 is gone
+    b.c.lease_step()
+    assert b.c.is_leader
+    state = b.state()
+    assert state.audit_problems and f"records seq {len(EPISODE)} but the log ends at seq 2" in state.audit_problems[0]
+    broken = b.audit()[-1]
+    assert broken["what"] == "audit_chain_broken" and broken["who"] == "ctl2 (token 2)"
+    assert (broken["seq"], broken["prev"]) == (len(EPISODE) + 1, recorded.audit_hash)  # not adopted from the log
+    assert state.audit_seq == broken["seq"]
+    assert 'ha_ops_audit_intact{id="ctl2"} 0.0' in generate_latest(b.c.registry).decode()
+    assert f'ha_ops_audit_head_seq{{id="ctl2"}} {len(EPISODE) + 1}.0' in generate_latest(b.c.registry).decode()
+
+
+def test_an_audit_key_on_the_shared_storage_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"audit_key_file: .* is on the shared storage"):
+        ControllerConfig.model_validate({**make_config(tmp_path).model_dump(), "audit_key_file": tmp_path / "key"})
 
 
 # --- a blind leader steps down ----------------------------------------------------------------------------------
