@@ -15,9 +15,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from ha_ops.cluster.base import Cluster
 from ha_ops.cluster.ops import OPS, Op
-from ha_ops.errors import CommandFailed, HaOpsError, TransportError
+from ha_ops.errors import CommandFailed, HaOpsError, SpecError, TransportError
 from ha_ops.util.atomic import write_atomic
 
 log = logging.getLogger(__name__)
@@ -47,6 +49,31 @@ def journal_path(cluster: Cluster) -> Path:
     return cluster.journal_dir / "chaos-faults.json"
 
 
+def read_journal(path: Path) -> list[dict[str, Any]]:
+    """The faults in force, as the journal lists them ([] without one); SpecError for a damaged journal, which
+    `chaos cleanup` must not guess at."""
+    try:
+        entries = json.loads(path.read_text()) if path.exists() else []
+    except (OSError, ValueError, RecursionError) as exc:
+        raise SpecError(
+            str(path), [f"the fault journal is unreadable ({str(exc)[:200]}); repair or remove it"]
+        ) from None
+    if not isinstance(entries, list):
+        raise SpecError(str(path), [f"the top level must be a list of faults, not {type(entries).__name__}"])
+    problems = []
+    for i, entry in enumerate(entries):
+        if not (isinstance(entry, dict) and isinstance(entry.get("key"), str)):
+            problems.append(f"[{i}]: a fault is a mapping with a 'key' string")
+            continue
+        try:
+            undo_ops(entry)
+        except (ValidationError, RecursionError) as exc:
+            problems.append(f"[{i}].undo: not a list of operations ({str(exc).splitlines()[0][:120]})")
+    if problems:
+        raise SpecError(str(path), problems)
+    return entries
+
+
 @contextmanager
 def _locked(cluster: Cluster) -> Iterator[list[dict[str, Any]]]:
     path = journal_path(cluster)
@@ -54,7 +81,7 @@ def _locked(cluster: Cluster) -> Iterator[list[dict[str, Any]]]:
     fd = os.open(f"{path}.lock", os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
-        entries = json.loads(path.read_text()) if path.exists() else []
+        entries = read_journal(path)
         yield entries
         write_atomic(path, json.dumps(entries, indent=1))
     finally:

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from ha_ops.chaos import faults, target
 from ha_ops.cluster.base import Cluster
 from ha_ops.errors import SpecError
+from ha_ops.util.parsing import parse_json, parse_yaml, read_text
 
 log = logging.getLogger(__name__)
 
@@ -24,11 +22,8 @@ def load_experiment(
     from chaoslib.exceptions import InvalidActivity, InvalidExperiment
     from chaoslib.experiment import ensure_experiment_is_valid
 
-    try:
-        text = Path(path).read_text()
-        experiment = json.loads(text) if str(path).endswith(".json") else yaml.safe_load(text)
-    except (OSError, ValueError, yaml.YAMLError) as exc:
-        raise SpecError(str(path), [f"cannot read the experiment: {exc}"]) from None
+    text = read_text(path)
+    experiment = parse_json(text, str(path)) if str(path).endswith(".json") else parse_yaml(text, str(path))
     if not isinstance(experiment, dict):
         raise SpecError(str(path), ["an experiment is a mapping (title, description, method, ...)"])
     problems = shape_problems(experiment)
@@ -43,6 +38,11 @@ def load_experiment(
         ensure_experiment_is_valid(experiment)
     except (InvalidExperiment, InvalidActivity) as exc:
         raise SpecError(str(path), [str(exc)]) from None
+    except (TypeError, AttributeError, KeyError, ValueError, RecursionError) as exc:
+        # A shape chaostoolkit-lib assumes and shape_problems does not check yet: refused, never a traceback.
+        raise SpecError(
+            str(path), [f"chaostoolkit-lib cannot read the experiment ({type(exc).__name__}: {exc})"]
+        ) from None
     return experiment
 
 
@@ -72,8 +72,38 @@ def shape_problems(experiment: dict[str, Any]) -> list[str]:
             if not isinstance(activity, dict):
                 problems.append(f"{key}[{i}]: an activity is a mapping (type, name, provider), not "
                                 f"{type(activity).__name__}")  # fmt: skip
-            elif "provider" in activity and not isinstance(activity["provider"], dict):
-                problems.append(f"{key}[{i}].provider: must be a mapping (type, module, func, arguments)")
+            else:
+                problems += _activity_problems(f"{key}[{i}]", activity)
+    return problems
+
+
+_TEXT = (str,)
+# The fields chaostoolkit-lib reads from an activity, with the types it assumes (it crashes on others: a list as a
+# name is hashed, a float as a module is split, arguments that are not a mapping are copied as one).
+_ACTIVITY_FIELDS = {"type": _TEXT, "name": _TEXT, "ref": _TEXT, "pauses": (dict,), "background": (bool,),
+                    "controls": (list,)}  # fmt: skip
+_PROVIDER_FIELDS = {"type": _TEXT, "module": _TEXT, "func": _TEXT, "path": _TEXT, "url": _TEXT, "method": _TEXT,
+                    "arguments": (dict, list, str), "timeout": (int, float, list), "secrets": (list, str)}  # fmt: skip
+
+
+def _activity_problems(where: str, activity: dict[str, Any]) -> list[str]:
+    problems = [f"{where}.{name}: must be {' or '.join(t.__name__ for t in kinds)}, not {type(activity[name]).__name__}"
+                for name, kinds in _ACTIVITY_FIELDS.items()
+                if name in activity and not isinstance(activity[name], kinds)]  # fmt: skip
+    pauses = activity.get("pauses")
+    if isinstance(pauses, dict):
+        problems += [f"{where}.pauses.{k}: must be a number of seconds or a ${{variable}}" for k, v in pauses.items()
+                     if isinstance(v, bool) or not isinstance(v, int | float | str)]  # fmt: skip
+    provider = activity.get("provider")
+    if "provider" in activity and not isinstance(provider, dict):
+        problems.append(f"{where}.provider: must be a mapping (type, module, func, arguments)")
+    elif isinstance(provider, dict):
+        problems += [f"{where}.provider.{name}: must be {' or '.join(t.__name__ for t in kinds)}, "
+                     f"not {type(provider[name]).__name__}"
+                     for name, kinds in _PROVIDER_FIELDS.items()
+                     if name in provider and not isinstance(provider[name], kinds)]  # fmt: skip
+        if provider.get("type") == "python" and isinstance(provider.get("arguments"), list | str):
+            problems.append(f"{where}.provider.arguments: a python provider's arguments are a mapping")
     return problems
 
 

@@ -94,7 +94,7 @@ class AuditLog:
         for line in self.text().splitlines():
             try:
                 entry = json.loads(line)
-            except ValueError:
+            except (ValueError, RecursionError):
                 continue
             if isinstance(entry, dict) and isinstance(entry.get("seq"), int) and "hash" in entry:
                 entries.append(entry)
@@ -202,7 +202,7 @@ def verify_text(text: str, expected_head: AuditHead | None = None, key: bytes | 
             continue
         try:
             entry = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             problems.append(f"line {number}: not valid JSON")
             prev_hash, prev_seq = "?", prev_seq + 1
             continue

@@ -23,7 +23,7 @@ import logging
 import threading
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -70,6 +70,24 @@ def _errors(exc: ValidationError) -> str:
     return "; ".join(parts)
 
 
+M = TypeVar("M", bound=BaseModel)
+
+
+def parse_body(raw: bytes, model: type[M], what: str) -> M:
+    """A request body as `model`, or BadRequest naming what is wrong: not JSON (non-UTF-8 bytes, a 5,000-digit
+    number, nesting too deep for the parser) or not the model's shape."""
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        raise BadRequest(f"body is not valid JSON: {str(exc)[:200]}") from None
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise BadRequest(f"not a valid {what}: {_errors(exc)}") from None
+    except RecursionError:
+        raise BadRequest(f"not a valid {what}: nested too deep") from None
+
+
 def public_state(described: dict[str, Any]) -> dict[str, Any]:
     """The controller's description without each node's agent_id and seq: with them a caller could send one report
     whose seq is ahead of every genuine one, and the agent's later reports would all be ignored as stale."""
@@ -95,17 +113,14 @@ def make_handler(controller: Controller) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(data)
 
-        def _body(self, limit: int = MAX_BODY) -> Any:
+        def _body(self, model: type[M], what: str, limit: int = MAX_BODY) -> M:
             try:
                 length = int(self.headers.get("Content-Length") or 0)
             except ValueError:
                 raise BadRequest(f"Content-Length {self.headers.get('Content-Length')!r} is not a number") from None
             if length <= 0 or length > limit:
                 raise BadRequest(f"a JSON body of 1 byte to {limit} bytes is required (got {length})")
-            try:
-                return json.loads(self.rfile.read(length))
-            except ValueError as exc:
-                raise BadRequest(f"body is not valid JSON: {exc}") from None
+            return parse_body(self.rfile.read(length), model, what)
 
         def do_GET(self) -> None:
             if self.path == "/healthz":
@@ -121,10 +136,7 @@ def make_handler(controller: Controller) -> type[BaseHTTPRequestHandler]:
             try:
                 report = None
                 if self.path == "/v1/reports":
-                    try:
-                        report = AgentReport.model_validate(self._body())
-                    except ValidationError as exc:
-                        raise BadRequest(f"not a valid agent report: {_errors(exc)}") from None
+                    report = self._body(AgentReport, "agent report")
                     controller.heard_from(report.node)  # a standby hears agents too: they cannot reach the leader
                 if not controller.is_leader:
                     self._send(503, {"error": "standby", "leader": controller.leader_name()})
@@ -132,10 +144,7 @@ def make_handler(controller: Controller) -> type[BaseHTTPRequestHandler]:
                 if report is not None:
                     self._send(200, controller.handle_report(report))
                 elif self.path == "/v1/alerts":
-                    try:
-                        webhook = AlertmanagerWebhook.model_validate(self._body(MAX_ALERTS_BODY))
-                    except ValidationError as exc:
-                        raise BadRequest(f"not a valid Alertmanager webhook: {_errors(exc)}") from None
+                    webhook = self._body(AlertmanagerWebhook, "Alertmanager webhook", MAX_ALERTS_BODY)
                     self._send(200, controller.handle_alerts([a.model_dump() for a in webhook.alerts]))
                 elif self.path.startswith("/v1/nodes/") and self.path.endswith("/repaired"):
                     node = self.path.removeprefix("/v1/nodes/").removesuffix("/repaired")

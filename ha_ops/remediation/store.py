@@ -12,6 +12,7 @@ from ha_ops.errors import HaOpsError
 from ha_ops.remediation.documents import Documents
 from ha_ops.remediation.lease import LeaderLease
 from ha_ops.remediation.model import STATE_VERSION, ControllerState
+from ha_ops.util.parsing import parse_json, read_text
 
 
 class StateError(HaOpsError):
@@ -45,7 +46,7 @@ def load_state(documents: Documents, name: str = "state.json") -> ControllerStat
         if text is None:
             return ControllerState()
         data = json.loads(text)
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:
         # Writes replace the whole, so this is damage from outside: refuse rather than forget what was done.
         raise StateError(f"{where} is unreadable ({exc}); restore it or move it away") from exc
     return parse_state(data, where)
@@ -60,8 +61,11 @@ def parse_state(data: object, where: str) -> ControllerState:
         return ControllerState.model_validate(data)
     except ValidationError as exc:
         raise StateError(f"{where} is invalid ({exc.error_count()} error(s): {exc})") from exc
+    except RecursionError:
+        raise StateError(f"{where} is nested too deeply; restore it or move it away") from None
 
 
 def read_state(path: Path) -> ControllerState:
     """Read-only access for `controller status` and `audit verify`."""
-    return ControllerState.model_validate(json.loads(Path(path).read_text()))
+    where = f"controller state {path}"
+    return parse_state(parse_json(read_text(path, where), where), where)

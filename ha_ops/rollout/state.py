@@ -239,7 +239,7 @@ class RolloutStore:
             data = json.loads(self.state_path.read_text())
         except FileNotFoundError:
             raise RolloutError(f"no rollout in {self.directory} (start one with `ha-ops rollout driver`)") from None
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, RecursionError) as exc:
             # Writes are atomic renames, so this is damage from outside: refuse rather than forget what was done.
             raise RolloutStateError(f"rollout state {self.state_path} is unreadable ({exc}); restore it") from exc
         if not isinstance(data, dict) or data.get("version") != STATE_VERSION:
@@ -247,6 +247,8 @@ class RolloutStore:
             raise RolloutStateError(f"rollout state {self.state_path} has version {found}, expected {STATE_VERSION}")
         try:
             return RolloutState.model_validate(data)
+        except RecursionError:
+            raise RolloutStateError(f"rollout state {self.state_path} is nested too deeply; restore it") from None
         except ValidationError as exc:
             raise RolloutStateError(
                 f"rollout state {self.state_path} is invalid ({exc.error_count()} error(s): {exc})"

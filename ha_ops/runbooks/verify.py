@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import Field, ValidationError
 
 from ha_ops.chaos import faults, hold, runner, target
@@ -37,6 +36,7 @@ from ha_ops.errors import SpecError
 from ha_ops.runbooks.placeholders import fill
 from ha_ops.spec.load import validation_problems
 from ha_ops.util.models import ConfigModel
+from ha_ops.util.parsing import parse_yaml, read_text
 
 log = logging.getLogger(__name__)
 
@@ -85,17 +85,17 @@ class Runbook(ConfigModel):
 
 def load_runbook(path: Path) -> tuple[Runbook, str]:
     """The runbook's front matter (validated) and its Markdown body."""
-    text = Path(path).read_text()
+    text = read_text(path)
     if not text.startswith("---\n") or "\n---\n" not in text[4:]:
         raise SpecError(str(path), ["a runbook starts with YAML front matter between '---' lines"])
     front, body = text[4:].split("\n---\n", 1)
+    data = parse_yaml(front, f"{path}: front matter")
     try:
-        data = yaml.safe_load(front)
         runbook = Runbook.model_validate(data)
-    except yaml.YAMLError as exc:
-        raise SpecError(str(path), [f"front matter is not valid YAML ({exc})"]) from None
     except ValidationError as exc:
         raise SpecError(str(path), validation_problems(exc)) from None
+    except RecursionError:
+        raise SpecError(str(path), ["front matter nested too deeply"]) from None
     resolved = []
     for where, trigger in [("trigger", runbook.trigger), *((f"cases.{i}.trigger", c.trigger)
                                                            for i, c in enumerate(runbook.cases))]:  # fmt: skip

@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 
 from ha_ops.errors import SpecError
 from ha_ops.spec.model import ClusterSpec
+from ha_ops.util.parsing import parse_yaml, read_text
 
 
 def _field_path(loc: tuple[Any, ...]) -> str:
@@ -56,22 +56,4 @@ def parse_spec(data: Any, source: str = "<spec>") -> ClusterSpec:
 
 def load_spec(path: str | Path) -> ClusterSpec:
     path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise SpecError(str(path), [f"cannot read: {exc.strerror}"]) from None
-    except UnicodeDecodeError as exc:
-        raise SpecError(str(path), [f"cannot read: not UTF-8 text ({exc.reason} at byte {exc.start})"]) from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise SpecError(str(path), [f"{where}not valid YAML ({problem})"]) from None
-    except ValueError as exc:
-        # PyYAML's constructors raise plain ValueError for scalars it resolves but cannot build (2024-02-30).
-        raise SpecError(str(path), [f"not valid YAML ({exc})"]) from None
-    except RecursionError:
-        raise SpecError(str(path), ["not valid YAML (nested too deeply)"]) from None
-    return parse_spec(data, str(path))
+    return parse_spec(parse_yaml(read_text(path), str(path)), str(path))

@@ -16,7 +16,7 @@ import pytest
 
 from ha_ops.lab import monitoring
 from ha_ops.lab.cluster import Lab
-from ha_ops.lab.controllers import state_dir
+from ha_ops.lab.controllers import audit_key_path, state_dir
 from ha_ops.lab.http import http_get
 from ha_ops.remediation.store import read_state
 from ha_ops.schedulers.slurm import Slurm
@@ -75,7 +75,7 @@ def audited(lab: Lab, node: str, expected: Counter) -> Counter:
 def audit_verify(lab: Lab) -> subprocess.CompletedProcess:
     directory = state_dir(lab.ctx)
     cmd = [sys.executable, "-m", "ha_ops", "audit", "verify", str(directory / "audit.jsonl"),
-           "--state", str(directory / "state.json")]  # fmt: skip
+           "--state", str(directory / "state.json"), "--key-file", str(audit_key_path(lab.ctx, "ctl1"))]  # fmt: skip
     return subprocess.run(cmd, capture_output=True, text=True, timeout=60)
 
 
@@ -297,7 +297,7 @@ def test_kill_9_at_random_points_loses_no_state(lab: Lab, slurm: Slurm) -> None:
     assert result.returncode == 0, result.stderr
 
 
-def test_audit_verify_detects_a_changed_and_a_removed_line(lab: Lab, slurm: Slurm, tmp_path: Path) -> None:
+def test_audit_verify_detects_a_changed_a_removed_and_a_rechained_line(lab: Lab, slurm: Slurm, tmp_path: Path) -> None:
     lab.node("gpu3").gpus().fall_off_bus(0)
     wait_for("gpu3 returned", lambda: phase(lab, "gpu3") == "returned", timeout=30, interval=0.2)
     lines = (state_dir(lab.ctx) / "audit.jsonl").read_text().splitlines()
@@ -308,8 +308,22 @@ def test_audit_verify_detects_a_changed_and_a_removed_line(lab: Lab, slurm: Slur
     changed.write_text("\n".join([lines[0], json.dumps(entry, sort_keys=True), *lines[2:]]) + "\n")
     removed = tmp_path / "removed.jsonl"
     removed.write_text("\n".join([lines[0], *lines[2:]]) + "\n")
-    for path, phrase in ((changed, "line 2: content does not match"), (removed, "line 2: seq 3 follows 1")):
-        result = subprocess.run([sys.executable, "-m", "ha_ops", "audit", "verify", str(path)],
+    # Edited, then the whole chain recomputed as someone who can write the log but not read the key can: SHA-256.
+    rechained, prev = [], "0" * 64
+    for line in [lines[0], json.dumps(entry, sort_keys=True), *lines[2:]]:
+        body = {k: v for k, v in json.loads(line).items() if k not in ("hash", "mac")} | {"prev": prev}
+        body["hash"] = prev = hashlib.sha256(
+            json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+        ).hexdigest()
+        rechained.append(json.dumps(body, sort_keys=True))
+    forged = tmp_path / "rechained.jsonl"
+    forged.write_text("\n".join(rechained) + "\n")
+    key = ["--key-file", str(audit_key_path(lab.ctx, "ctl1"))]  # on the controller node's disk, not the shared one
+    for path, phrase in ((changed, "line 2: content does not match"), (removed, "line 2: seq 3 follows 1"),
+                         (forged, "line 1: not keyed")):  # fmt: skip
+        result = subprocess.run([sys.executable, "-m", "ha_ops", "audit", "verify", str(path), *key],
                                 capture_output=True, text=True, timeout=60)  # fmt: skip
         assert result.returncode == 1
         assert phrase in result.stderr, result.stderr
+    intact = audit_verify(lab)
+    assert intact.returncode == 0, intact.stderr

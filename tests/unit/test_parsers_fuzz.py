@@ -1,0 +1,299 @@
+"""Every input parser, fuzzed: whatever the input, the parser returns or refuses it with ha-ops' own error (exit 2
+naming the field, or a 400 from the controller's API). A traceback (TypeError, RecursionError, UnicodeDecodeError,
+a bare ValueError) is a failure. The hostile inputs the issue found are tried on each parser, then hypothesis
+mutates a valid example of each: values replaced, keys dropped and added, the text cut and spliced.
+
+`tests/bench/fuzz_parsers.py` runs more examples and prints, per parser, the inputs tried (HA_OPS_FUZZ_FIGURES)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ha_ops.errors import HaOpsError
+from ha_ops.remediation.server import AlertmanagerWebhook, BadRequest, parse_body
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = int(os.environ.get("HA_OPS_FUZZ_EXAMPLES", "60"))
+FIGURES = os.environ.get("HA_OPS_FUZZ_FIGURES")  # a folder: each parser's count of inputs tried, for the bench
+SETTINGS = settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
+                    suppress_health_check=list(HealthCheck))  # fmt: skip
+
+
+def _report() -> dict[str, Any]:
+    return {"node": "gpu1", "seq": 3, "agent_id": "a1", "sent_at": 1.0, "state": "unhealthy", "action": "drain",
+            "reason": "XID 79", "gpus": [], "findings": [{"check": "xid", "severity": "critical", "action": "drain",
+                                                          "message": "XID 79", "gpu": 0, "xid": 79}]}  # fmt: skip
+
+
+def _webhook() -> dict[str, Any]:
+    return {"version": "4", "status": "firing", "alerts": [
+        {"status": "firing", "labels": {"alertname": "HaOpsGpuNodeUnhealthy", "node": "gpu1"},
+         "annotations": {"summary": "x"}, "startsAt": "2026-01-01T00:00:00Z"}]}  # fmt: skip
+
+
+def _controller_config() -> dict[str, Any]:
+    return {"id": "ctl1", "state_dir": "/tmp/fz/state", "partition": "gpu", "peers": ["http://10.0.0.2:8800"],
+            "pools": {"gpu": {"nodes": ["gpu1", "gpu2"], "spares": ["gpu3"]}},
+            "access": {"reset_gpu_command": "nvidia-smi -r -i {gpu}", "reboot_command": "reboot"}}  # fmt: skip
+
+
+def _failover_config() -> dict[str, Any]:
+    return {"id": "mfsml", "master_host": "mfsm", "master_address": "10.0.0.5", "peers": ["cs1"],
+            "fence_command": "ssh {node} true", "promote_command": "mfsmetarestore",
+            "state_dir": "/tmp/fz/s"}  # fmt: skip
+
+
+def _state() -> dict[str, Any]:
+    from ha_ops.remediation.model import ControllerState
+
+    return json.loads(ControllerState().model_dump_json())
+
+
+def _journal() -> list[Any]:
+    return [{"key": "gpu:gpu3:0", "undo": [], "at": 1.0}]
+
+
+def _yaml_file(name: str) -> Callable[[], Any]:
+    return lambda: yaml.safe_load((REPO / name).read_text())
+
+
+def _plan() -> dict[str, Any]:
+    plan = yaml.safe_load((REPO / "chaos/gamedays/gpu.yaml").read_text())
+    for fault in plan["faults"]:
+        fault["experiment"] = str((REPO / "chaos/gamedays" / fault["experiment"]).resolve())
+    return plan
+
+
+def _load_experiment(path: Path) -> object:
+    from ha_ops.chaos.runner import load_experiment
+
+    return load_experiment(path, cluster={"ha_ops_target": "lab:fuzz"})
+
+
+def _load_runbook(path: Path) -> object:
+    from ha_ops.runbooks.verify import load_runbook
+
+    return load_runbook(path)
+
+
+def _parse_report(path: Path) -> object:
+    from ha_ops.health.report import AgentReport
+
+    return parse_body(path.read_bytes(), AgentReport, "agent report")
+
+
+def _parse_webhook(path: Path) -> object:
+    return parse_body(path.read_bytes(), AlertmanagerWebhook, "Alertmanager webhook")
+
+
+def _verify_audit(path: Path) -> object:
+    from ha_ops.remediation.audit import verify
+
+    return verify(path)
+
+
+def _read_journal(path: Path) -> object:
+    from ha_ops.chaos.faults import read_journal
+
+    return read_journal(path)
+
+
+def _read_state(path: Path) -> object:
+    from ha_ops.remediation.store import read_state
+
+    return read_state(path)
+
+
+def _read_rollout(path: Path) -> object:
+    from ha_ops.rollout.state import RolloutStore
+
+    return RolloutStore(path.parent).load()
+
+
+def _loader(module: str, name: str) -> Callable[[Path], object]:
+    def load(path: Path) -> object:
+        import importlib
+
+        return getattr(importlib.import_module(module), name)(path)
+
+    return load
+
+
+def _rollout_state() -> dict[str, Any]:
+    from ha_ops.rollout.plan import FleetNode, plan_rollout
+    from ha_ops.rollout.policy import build_policy
+    from ha_ops.rollout.state import new_state
+
+    nodes = [FleetNode(f"n{i}", f"rack{i % 2}", driver_version="550.1") for i in range(1, 5)]
+    policy = build_policy({"canary": "1", "max_unavailable": "1"})
+    return json.loads(new_state(plan_rollout(nodes, policy, "570.2"), policy, "r1", 1.0).model_dump_json())
+
+
+# name -> (a valid example's data, how it is written, the parser reading that file)
+PARSERS: dict[str, tuple[Callable[[], Any], str, Callable[[Path], object]]] = {
+    "cluster spec": (_yaml_file("examples/lab.yaml"), "yaml", _loader("ha_ops.spec", "load_spec")),
+    "agent config": (lambda: {"node": "gpu1", "backend": "fake"}, "yaml",
+                     _loader("ha_ops.health.config", "load_agent_config")),
+    "controller config": (_controller_config, "yaml",
+                          _loader("ha_ops.remediation.config", "load_controller_config")),
+    "storage failover config": (_failover_config, "yaml", _loader("ha_ops.storage.failover", "load_failover_config")),
+    "game-day plan": (_plan, "yaml", _loader("ha_ops.chaos.plan", "load_plan")),
+    "chaos experiment": (_yaml_file("chaos/experiments/gpu-xid79.yaml"), "yaml", _load_experiment),
+    "agent report (API)": (_report, "json", _parse_report),
+    "Alertmanager webhook (API)": (_webhook, "json", _parse_webhook),
+    "controller state": (_state, "json", _read_state),
+    "fault journal": (_journal, "json", _read_journal),
+    "audit log": (lambda: None, "audit", _verify_audit),
+    "runbook": (lambda: (REPO / "runbooks/gpu-failure.md").read_text().replace("../chaos/", f"{REPO}/chaos/"), "text",
+                _load_runbook),
+    "rollout state": (_rollout_state, "json", _read_rollout),
+}  # fmt: skip
+
+# The classes of input the issue found (each at the top, and in place of a value below): deep nesting, 5,000-digit
+# integers, an impossible date, non-UTF-8 bytes, NUL bytes, over-long and hostile names, NaN.
+HOSTILE_TEXT: list[bytes] = [
+    b"[" * 5000 + b"]" * 5000,
+    b"a: " + b"{b: " * 3000 + b"1" + b"}" * 3000,
+    b"9" * 5000,
+    b"a: " + b"9" * 5000,
+    b"a: 2024-02-30",
+    b"\xff\xfe\x00bad",
+    b"node: gpu1\x00\nbackend: fake",
+    b"",
+    b"- 1\n- 2",
+    b"~",
+]
+HOSTILE_VALUES: list[Any] = [
+    None, "", "x" * 100_000, "gpu7;touch /tmp/x;#", "a\x00b", "line\nInjected=1", float("nan"), float("inf"),
+    int("9" * 4000), -1, 2**63, True, [], {}, [[[[[[]]]]]], {"": None}, "2024-02-30",
+]  # fmt: skip
+
+
+def write(path: Path, data: Any, kind: str) -> None:
+    """The example as its parser reads it from a file."""
+    if isinstance(data, bytes):
+        path.write_bytes(data)
+    elif kind == "json":
+        path.write_text(json.dumps(data, default=str))
+    elif kind == "yaml":
+        path.write_text(yaml.safe_dump(data, allow_unicode=True) if not isinstance(data, str) else data)
+    elif kind == "audit":
+        path.write_text(data if isinstance(data, str) else "")
+    else:
+        path.write_text(data if isinstance(data, str) else yaml.safe_dump(data))
+
+
+def parse(name: str, data: Any, folder: Path) -> None:
+    """Run the parser; only its own refusals may come out."""
+    _, kind, parser = PARSERS[name]
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / ("state.json" if name == "rollout state" else f"input.{'md' if kind == 'text' else kind}")
+    write(path, data, kind)
+    with contextlib.suppress(HaOpsError, BadRequest):
+        parser(path)
+    if FIGURES:
+        counts = Path(FIGURES) / f"{name}.count"
+        counts.write_text(str(int(counts.read_text()) + 1 if counts.exists() else 1))
+
+
+def paths_in(value: Any, prefix: tuple = ()) -> list[tuple]:
+    """Every place in a document: the places a mutation may hit."""
+    found = [prefix]
+    if isinstance(value, dict):
+        for k, v in value.items():
+            found += paths_in(v, (*prefix, k))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            found += paths_in(v, (*prefix, i))
+    return found
+
+
+def replaced(value: Any, path: tuple, new: Any) -> Any:
+    if not path:
+        return new
+    head, rest = path[0], path[1:]
+    if isinstance(value, dict):
+        return {**value, head: replaced(value[head], rest, new)}
+    out = list(value)
+    out[head] = replaced(out[head], rest, new)
+    return out
+
+
+def dropped(value: Any, path: tuple) -> Any:
+    if not path:
+        return value
+    if len(path) == 1:
+        if isinstance(value, dict):
+            return {k: v for k, v in value.items() if k != path[0]}
+        return [v for i, v in enumerate(value) if i != path[0]]
+    return replaced(value, path[:-1], dropped(_at(value, path[:-1]), path[-1:]))
+
+
+def _at(value: Any, path: tuple) -> Any:
+    for part in path:
+        value = value[part]
+    return value
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20) | st.sampled_from(HOSTILE_VALUES),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    max_leaves=6,
+)
+
+
+@pytest.mark.parametrize("name", sorted(PARSERS))
+def test_the_valid_example_parses(name: str, tmp_path: Path) -> None:
+    example, kind, parser = PARSERS[name]
+    path = tmp_path / ("state.json" if name == "rollout state" else f"input.{'md' if kind == 'text' else kind}")
+    write(path, example(), kind)
+    parser(path)  # the example is valid: no refusal either (else the mutations below would test nothing)
+
+
+@pytest.mark.parametrize("name", sorted(PARSERS))
+@pytest.mark.parametrize("text", HOSTILE_TEXT, ids=lambda t: t[:12].decode("latin-1").replace("\n", " "))
+def test_hostile_text_is_refused_without_a_traceback(name: str, text: bytes, tmp_path: Path) -> None:
+    parse(name, text, tmp_path)
+
+
+@pytest.mark.parametrize("name", sorted(PARSERS))
+def test_mutated_examples_are_parsed_or_refused_without_a_traceback(
+    name: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    example = PARSERS[name][0]()
+    if not isinstance(example, dict | list):
+        example = {"text": example}
+    places = paths_in(example)
+    folder = tmp_path_factory.mktemp("fuzz")
+
+    @SETTINGS
+    @given(st.data())
+    def check(data: st.DataObject) -> None:
+        doc = example
+        for _ in range(data.draw(st.integers(1, 3))):
+            here = paths_in(doc)
+            place = data.draw(st.sampled_from(here or places))
+            how = data.draw(st.sampled_from(["replace", "hostile", "drop", "add"]))
+            if how == "replace":
+                doc = replaced(doc, place, data.draw(json_values))
+            elif how == "hostile":
+                doc = replaced(doc, place, data.draw(st.sampled_from(HOSTILE_VALUES)))
+            elif how == "drop" and place:
+                doc = dropped(doc, place)
+            elif how == "add" and isinstance(_at(doc, place), dict):
+                doc = replaced(doc, place, {**_at(doc, place), data.draw(st.text(max_size=8)): data.draw(json_values)})
+        if isinstance(doc, dict) and set(doc) == {"text"} and isinstance(doc["text"], str):
+            doc = doc["text"]
+        parse(name, doc, folder)
+
+    check()
