@@ -18,6 +18,7 @@ from ha_ops.health.agent import Agent, http_poster
 from ha_ops.health.config import AgentConfig, load_agent_config
 from ha_ops.health.model import HealthState, Verdict
 from ha_ops.schedulers.slurm import Slurm
+from ha_ops.security.tls import ReloadingContext
 from ha_ops.transport.local import LocalTransport
 
 agent_app = typer.Typer(help="The GPU health agent that runs on every GPU node.", no_args_is_help=True)
@@ -76,7 +77,8 @@ def run(
     logging.getLogger("ha_ops").setLevel(logging.INFO)
     gpu = open_backend(cfg.backend, cfg.fake_dir)
     slurm = Slurm(LocalTransport(cfg.node), timeout=cfg.slurm.command_timeout_s) if cfg.slurm.enabled else None
-    poster = http_poster(cfg.controller.urls, cfg.controller.timeout_s) if cfg.controller.urls else None
+    context = ReloadingContext(cfg.controller.tls, server=False) if cfg.controller.tls else None
+    poster = http_poster(cfg.controller.urls, cfg.controller.timeout_s, context) if cfg.controller.urls else None
     agent = Agent(cfg, gpu, slurm=slurm, poster=poster, condition=_condition_writer(cfg))
     output.info(
         f"agent on {cfg.node}: {gpu.device_count()} GPUs ({cfg.backend}), sweep every {cfg.sweep_interval_s:g} s, "

@@ -18,6 +18,7 @@ from ha_ops.remediation.audit import AuditHead, read_key, verify, verify_text
 from ha_ops.remediation.config import ControllerConfig, load_controller_config
 from ha_ops.remediation.store import read_state
 from ha_ops.schedulers.base import Scheduler
+from ha_ops.security.tls import ReloadingContext, TlsFiles
 
 controller_app = typer.Typer(help="The remediation controller.", no_args_is_help=True)
 audit_app = typer.Typer(help="The controller's audit log.", no_args_is_help=True)
@@ -25,10 +26,34 @@ audit_app = typer.Typer(help="The controller's audit log.", no_args_is_help=True
 UrlOpt = typer.Option("http://127.0.0.1:8800", "--url", envvar="HA_OPS_CONTROLLER_URL", help="A controller's base URL.")
 
 
-def _call(url: str, method: str = "GET") -> dict[str, Any]:
+CertOpt = typer.Option(
+    None,
+    "--cert",
+    envvar="HA_OPS_TLS_CERT",
+    help="Client certificate for an https:// URL (an operator's: O=ha-ops:operators).",
+)
+KeyOpt = typer.Option(None, "--key", envvar="HA_OPS_TLS_KEY", help="Its private key.")
+CaOpt = typer.Option(
+    None, "--ca", envvar="HA_OPS_TLS_CA", help="The cluster CA that signed the controllers' certificates."
+)
+
+
+def _tls(cert: Path | None, key: Path | None, ca: Path | None) -> TlsFiles | None:
+    given = {"--cert": cert, "--key": key, "--ca": ca}
+    if not any(given.values()):
+        return None
+    missing = [name for name, value in given.items() if value is None]
+    if missing:
+        raise SpecError("tls", [f"{', '.join(missing)}: give --cert, --key and --ca together"])
+    assert cert is not None and key is not None and ca is not None
+    return TlsFiles(cert_file=cert, key_file=key, ca_file=ca)
+
+
+def _call(url: str, method: str = "GET", files: TlsFiles | None = None) -> dict[str, Any]:
     request = urllib.request.Request(url, method=method, data=b"{}" if method == "POST" else None)
+    context = ReloadingContext(files, server=False).get() if files is not None else None
     try:
-        with urllib.request.urlopen(request, timeout=10) as response:
+        with urllib.request.urlopen(request, timeout=10, context=context) as response:
             return json.loads(response.read())
     except urllib.error.HTTPError as exc:
         body = exc.read().decode(errors="replace")
@@ -102,6 +127,9 @@ def status(
     state_dir: Path | None = typer.Option(None, "--state-dir", help="Read the shared state instead of asking."),
     config: Path | None = ConfigOpt,
     json_out: bool = typer.Option(False, "--json"),
+    cert: Path | None = CertOpt,
+    key: Path | None = KeyOpt,
+    ca: Path | None = CaOpt,
 ) -> None:
     """Leader, circuit breaker and every node's phase."""
     if config is not None:
@@ -111,7 +139,7 @@ def status(
         lease = state_dir / "lease.json"
         data["lease"] = json.loads(lease.read_text()) if lease.exists() else None
     else:
-        data = _call(f"{url.rstrip('/')}/v1/state")
+        data = _call(f"{url.rstrip('/')}/v1/state", files=_tls(cert, key, ca))
     if json_out:
         output.emit_json(data)
         return
@@ -140,19 +168,27 @@ def status(
 
 
 @controller_app.command()
-def repaired(node: str = typer.Argument(...), url: str = UrlOpt) -> None:
+def repaired(
+    node: str = typer.Argument(...),
+    url: str = UrlOpt,
+    cert: Path | None = CertOpt,
+    key: Path | None = KeyOpt,
+    ca: Path | None = CaOpt,
+) -> None:
     """Tell the leader a node held for replacement was repaired: it validates it and returns it to service."""
     from ha_ops.util.names import node_name_problem
 
     if (problem := node_name_problem(node)) is not None:
         raise SpecError("NODE", [problem])  # (the URL path would carry it; the controller refuses it too)
-    output.emit_json(_call(f"{url.rstrip('/')}/v1/nodes/{node}/repaired", "POST"))
+    output.emit_json(_call(f"{url.rstrip('/')}/v1/nodes/{node}/repaired", "POST", _tls(cert, key, ca)))
 
 
 @controller_app.command("breaker-reset")
-def breaker_reset(url: str = UrlOpt) -> None:
+def breaker_reset(
+    url: str = UrlOpt, cert: Path | None = CertOpt, key: Path | None = KeyOpt, ca: Path | None = CaOpt
+) -> None:
     """Close the circuit breaker after the cause of a mass failure was understood."""
-    output.emit_json(_call(f"{url.rstrip('/')}/v1/breaker/reset", "POST"))
+    output.emit_json(_call(f"{url.rstrip('/')}/v1/breaker/reset", "POST", _tls(cert, key, ca)))
 
 
 @audit_app.command("verify")

@@ -35,6 +35,7 @@ from ha_ops.health.model import HealthState, Verdict
 from ha_ops.health.report import AgentReport, build_report
 from ha_ops.schedulers.base import AGENT_REASON_PREFIX
 from ha_ops.schedulers.slurm import Slurm
+from ha_ops.security.tls import ReloadingContext
 from ha_ops.util.atomic import write_atomic
 
 log = logging.getLogger(__name__)
@@ -44,9 +45,9 @@ Poster = Callable[[AgentReport], None]
 ConditionWriter = Callable[[Verdict], None]
 
 
-def http_poster(urls: list[str], timeout: float) -> Poster:
+def http_poster(urls: list[str], timeout: float, context: ReloadingContext | None = None) -> Poster:
     """POST reports to the controller that leads: a standby answers 503, so the next URL is tried; the one that
-    accepted is tried first next time."""
+    accepted is tried first next time. With `context`, over mutual TLS with this agent's (rotated) certificate."""
     order = list(urls)
 
     def post(report: AgentReport) -> None:
@@ -57,7 +58,7 @@ def http_poster(urls: list[str], timeout: float) -> Poster:
                 url, data=body, headers={"Content-Type": "application/json"}, method="POST"
             )
             try:
-                with urllib.request.urlopen(request, timeout=timeout):
+                with urllib.request.urlopen(request, timeout=timeout, context=context.get() if context else None):
                     pass
             except urllib.error.HTTPError as exc:  # answered: a standby (503) or a refusal
                 errors.append(f"{url}: HTTP {exc.code}")

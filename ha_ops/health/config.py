@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import Field
 
 from ha_ops.health.thresholds import Thresholds
+from ha_ops.security.tls import TlsFiles
 from ha_ops.util.models import ConfigModel
 from ha_ops.util.names import NodeName
 from ha_ops.util.yamlconfig import load_model
@@ -32,6 +33,11 @@ class ControllerReporting(ConfigModel):
         "reports instead of draining, to whichever controller leads.",
     )
     timeout_s: float = Field(2.0, gt=0)
+    tls: TlsFiles | None = Field(
+        None,
+        description="Report over mutual TLS with this agent's certificate (CN: its node's name, O: ha-ops:agents); "
+        "the controllers' URLs are then https://.",
+    )
     heartbeat_s: float = Field(10.0, gt=0, description="Resend the current report at least this often.")
     fallback_after_s: float | None = Field(
         30.0,

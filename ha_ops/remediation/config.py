@@ -8,6 +8,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
+from ha_ops.security.tls import TlsFiles
 from ha_ops.util.command_template import GpuCommand, NodeCommand
 from ha_ops.util.models import ConfigModel
 from ha_ops.util.names import NodeName
@@ -147,6 +148,12 @@ class ControllerConfig(ConfigModel):
         "slurm", description="Whose nodes and jobs the controller acts on (schedulers/); `partition` names the pool."
     )
     kubernetes: KubernetesConfig | None = None
+    tls: TlsFiles | None = Field(
+        None,
+        description="Serve the API over mutual TLS with these files: every caller presents a certificate the CA "
+        "signed, and its roles decide what it may do (docs/security.md). None: plain HTTP, unauthenticated (the "
+        "API must then be reachable from the cluster's own hosts only).",
+    )
     audit_key_file: Path | None = Field(
         None,
         description="The key (32 bytes or more) that makes the audit chain an HMAC chain: on each controller's own "

@@ -270,11 +270,11 @@ class Controller:
 
         return self._decide(decide)
 
-    def handle_repaired(self, node: str) -> dict[str, Any]:
+    def handle_repaired(self, node: str, by: str = "an operator") -> dict[str, Any]:
         now = self.clock()
-        return self._decide(lambda state, token: policy.repaired(state, node, now, token))
+        return self._decide(lambda state, token: policy.repaired(state, node, now, token, by))
 
-    def reset_breaker(self) -> dict[str, Any]:
+    def reset_breaker(self, by: str = "an operator") -> dict[str, Any]:
         def decide(state: ControllerState, token: int) -> policy.Outcome:
             self.lease.check(token)  # a deposed leader neither closes the breaker nor audits that it did
             was = state.breaker.reason
@@ -284,7 +284,7 @@ class Controller:
                 who=self._who(token),
                 what="breaker_reset",
                 node=None,
-                why="reset by an operator",
+                why=f"reset by {by}",
                 before=was,
                 after="closed",
             )

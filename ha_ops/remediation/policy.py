@@ -435,8 +435,9 @@ def _bring_in_spare(
     out.intents.append(_intent(state, spare, "spare_in", f"stands in for {rec.name}", now, token, replaces=rec.name))
 
 
-def repaired(state: ControllerState, node: str, now: float, token: int) -> Outcome:
-    """A person reports a node repaired (replaced): validate it, then return it to service."""
+def repaired(state: ControllerState, node: str, now: float, token: int, by: str = "an operator") -> Outcome:
+    """A person (`by`: the operator's identity, for the audit) reports a node repaired (replaced): validate it,
+    then return it to service."""
     rec = state.nodes.get(node)
     if rec is None:
         return Outcome(ignored=f"unknown node {node!r}")
@@ -444,7 +445,9 @@ def repaired(state: ControllerState, node: str, now: float, token: int) -> Outco
         return Outcome(ignored=f"{node} is {rec.phase.value}, not awaiting repair")
     rec.rung, rec.rung_started, rec.returns = Rung.REBOOT_NODE, now, []
     out = Outcome(notes=[f"{node} reported repaired; validating"])
-    out.intents.append(_intent(state, rec, "validate", "reported repaired", now, token, rung=Rung.REBOOT_NODE.value))
+    out.intents.append(
+        _intent(state, rec, "validate", f"reported repaired by {by}", now, token, rung=Rung.REBOOT_NODE.value)
+    )
     return out
 
 

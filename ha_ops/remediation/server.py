@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import json
 import logging
+import ssl
+import sys
 import threading
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -29,6 +31,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ha_ops.health.report import AgentReport
+from ha_ops.security import tls
+from ha_ops.security.tls import Identity
 from ha_ops.util.bounded import Line, Token
 from ha_ops.util.names import node_name_problem
 
@@ -97,10 +101,52 @@ def public_state(described: dict[str, Any]) -> dict[str, Any]:
     return described
 
 
+class Forbidden(Exception):
+    """The caller's certificate does not allow this request (403)."""
+
+
+def refusal(identity: Identity | None, method: str, path: str, report_node: str | None = None) -> str | None:
+    """Why a caller may not make this request, or None when it may. Only with TLS: without it there is no identity
+    and everything is allowed (and the API must be reachable from the cluster's own hosts only)."""
+    if identity is None:
+        return None
+    if method == "GET" and path in ("/healthz", "/metrics"):
+        return None  # any certificate the CA signed: who leads, and the figures, forge nothing
+    if method == "POST" and path == "/v1/reports":
+        if not identity.has(tls.AGENTS):
+            return f"{identity} is not an agent"
+        if report_node is not None and report_node != identity.name:
+            return f"the certificate of {identity.name} may not report for {report_node}"
+        return None
+    if method == "POST" and path == "/v1/alerts":
+        return None if identity.has(tls.ALERTMANAGER) else f"{identity} may not post alerts"
+    if identity.has(tls.OPERATORS):
+        return None  # /v1/state, repaired, breaker-reset
+    return f"{identity} is not an operator"
+
+
 def make_handler(controller: Controller) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         server_version = "ha-ops-controller"
         timeout = SOCKET_TIMEOUT_S  # on the connection's socket: a request sent slowly or half ends here
+        identity: Identity | None = None
+
+        def setup(self) -> None:
+            if isinstance(self.request, ssl.SSLSocket):
+                # The handshake here, in the request's own thread under the socket timeout, not in the accept loop:
+                # a client that never completes it holds one worker, not the server.
+                self.request.settimeout(SOCKET_TIMEOUT_S)
+                self.request.do_handshake()
+                self.identity = tls.identity_of(self.request.getpeercert())
+            super().setup()
+
+        def _allow(self, method: str, report_node: str | None = None) -> None:
+            why = refusal(self.identity, method, self.path, report_node)
+            if why is not None:
+                raise Forbidden(why)
+
+        def _caller(self) -> str:
+            return f"operator {self.identity.name}" if self.identity is not None else "an operator"
 
         def log_message(self, fmt: str, *args: Any) -> None:
             log.debug("%s " + fmt, self.address_string(), *args)
@@ -123,6 +169,11 @@ def make_handler(controller: Controller) -> type[BaseHTTPRequestHandler]:
             return parse_body(self.rfile.read(length), model, what)
 
         def do_GET(self) -> None:
+            try:
+                self._allow("GET")
+            except Forbidden as exc:
+                self._send(HTTPStatus.FORBIDDEN, {"error": str(exc)})
+                return
             if self.path == "/healthz":
                 self._send(200, {"id": controller.config.id, "leader": controller.is_leader})
             elif self.path == "/metrics":
@@ -136,8 +187,12 @@ def make_handler(controller: Controller) -> type[BaseHTTPRequestHandler]:
             try:
                 report = None
                 if self.path == "/v1/reports":
+                    self._allow("POST")  # an agent at all, before its body is read
                     report = self._body(AgentReport, "agent report")
+                    self._allow("POST", report.node)
                     controller.heard_from(report.node)  # a standby hears agents too: they cannot reach the leader
+                else:
+                    self._allow("POST")
                 if not controller.is_leader:
                     self._send(503, {"error": "standby", "leader": controller.leader_name()})
                     return
@@ -151,13 +206,16 @@ def make_handler(controller: Controller) -> type[BaseHTTPRequestHandler]:
                     problem = node_name_problem(node)
                     if problem is not None:
                         raise BadRequest(problem)
-                    self._send(200, controller.handle_repaired(node))
+                    self._send(200, controller.handle_repaired(node, by=self._caller()))
                 elif self.path == "/v1/breaker/reset":
-                    self._send(200, controller.reset_breaker())
+                    self._send(200, controller.reset_breaker(by=self._caller()))
                 else:
                     self._send(404, {"error": f"no such path {self.path}"})
             except BadRequest as exc:
                 self._send(HTTPStatus.BAD_REQUEST, {"error": str(exc)})
+            except Forbidden as exc:
+                log.warning("refused %s from %s: %s", self.path, self.identity, exc)
+                self._send(HTTPStatus.FORBIDDEN, {"error": str(exc)})
             except Exception as exc:  # the leader lost its lease mid-request, or an adapter failed
                 log.warning("request %s failed: %s", self.path, exc)
                 self._send(503, {"error": str(exc)})
@@ -171,9 +229,23 @@ class _Server(ThreadingHTTPServer):
     # (150 agents' reports within a millisecond did exactly that).
     request_queue_size = 1024
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, context: tls.ReloadingContext | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._workers = threading.BoundedSemaphore(MAX_WORKERS)
+        self.context = context
+
+    def get_request(self) -> tuple[Any, Any]:
+        sock, address = super().get_request()
+        if self.context is None:
+            return sock, address
+        # The context as it is now: a rotated certificate serves the next handshake. (The handshake itself runs
+        # in the request's thread: Handler.setup.)
+        return self.context.get().wrap_socket(sock, server_side=True, do_handshake_on_connect=False), address
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A caller refused at TLS (no certificate, another CA's, plain HTTP) or gone mid-request: one line, not
+        # socketserver's traceback on stderr.
+        log.warning("connection from %s ended: %s", client_address[0], sys.exc_info()[1])
 
     def process_request(self, request: Any, client_address: Any) -> None:
         # A thread per request, at most MAX_WORKERS at once: the accept loop waits for a free one, and the
@@ -193,4 +265,6 @@ class _Server(ThreadingHTTPServer):
 
 
 def serve(controller: Controller, address: str, port: int) -> ThreadingHTTPServer:
-    return _Server((address, port), make_handler(controller))
+    files = controller.config.tls
+    context = tls.ReloadingContext(files, server=True) if files is not None else None
+    return _Server((address, port), make_handler(controller), context=context)
