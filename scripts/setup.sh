@@ -13,6 +13,7 @@ DEB_PACKAGES=(
   prometheus prometheus-alertmanager
   moosefs-master moosefs-chunkserver moosefs-metalogger moosefs-client moosefs-cli fuse3
   podman runc debootstrap containerd
+  rsyslog rsyslog-gnutls nftables
   python3-venv rsync
 )
 

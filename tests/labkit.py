@@ -78,7 +78,8 @@ def controller_nodes(lab: Lab) -> list[str]:
 
 def controller_url(lab: Lab, node: str) -> str:
     assert lab.spec.remediation is not None
-    return f"http://{lab.ctx.layout.node(node).address}:{lab.spec.remediation.port}"
+    scheme = "https" if lab.spec.remediation.tls else "http"
+    return f"{scheme}://{lab.ctx.layout.node(node).address}:{lab.spec.remediation.port}"
 
 
 def target(lab: Lab) -> dict[str, str]:
@@ -121,14 +122,24 @@ def leader(lab: Lab) -> str | None:
     return None if found == "none" else found
 
 
-def call_controller(lab: Lab, node: str, path: str, body: bytes | None = None) -> tuple[int, dict]:
+def call_controller(
+    lab: Lab, node: str, path: str, body: bytes | None = None, identity: str = "operator"
+) -> tuple[int, dict]:
+    """A call to `node`'s controller; over TLS (the lab's `remediation.tls`) with the certificate of `identity`
+    (`operator`, `agent-gpu1`, `alertmanager`, ...)."""
     import json
 
+    from ha_ops.lab import tls
     from ha_ops.lab.http import http_get, http_post
+    from ha_ops.security.tls import ReloadingContext
 
     url = controller_url(lab, node) + path
     netns = lab.ctx.netns(node)
-    status, raw = http_post(netns, url, body) if body is not None else http_get(netns, url)
+    context = ReloadingContext(tls.files(lab.ctx, identity), server=False).get() if tls.enabled(lab.ctx) else None
+    if body is not None:
+        status, raw = http_post(netns, url, body, context=context)
+    else:
+        status, raw = http_get(netns, url, context=context)
     try:
         return status, json.loads(raw)
     except ValueError:
@@ -193,6 +204,13 @@ def reset_remediation(lab: Lab) -> None:
         if slurm.node(node.name).drained:
             slurm.resume(node.name)
     on_controller_storage(lab, 'cd "$1" && rm -rf state.json lease.json lease.token terms audit.jsonl views')
+    from ha_ops.lab import audit_sink
+
+    if audit_sink.enabled(lab.ctx):  # the sink's copy and what each controller shipped: a new history there too
+        for node in controller_nodes(lab):
+            audit_sink.marker_file(lab.ctx, node).unlink(missing_ok=True)
+        if audit_sink.shipped_log(lab.ctx).exists():
+            os.truncate(audit_sink.shipped_log(lab.ctx), 0)  # (rsyslog appends to the file it holds open)
     for node in controller_nodes(lab):
         lab.node(node).start("controller")
     wait_for("a controller leads", lambda: leader(lab), timeout=15, interval=0.1)

@@ -15,6 +15,7 @@ from rich.table import Table
 from ha_ops.cli import output
 from ha_ops.errors import SpecError, TransportError
 from ha_ops.remediation.audit import AuditHead, read_key, verify, verify_text
+from ha_ops.remediation.audit_sink import compare, shipped_entries
 from ha_ops.remediation.config import ControllerConfig, load_controller_config
 from ha_ops.remediation.store import read_state
 from ha_ops.schedulers.base import Scheduler
@@ -191,6 +192,14 @@ def breaker_reset(
     output.emit_json(_call(f"{url.rstrip('/')}/v1/breaker/reset", "POST", _tls(cert, key, ca)))
 
 
+def _log_text(path: Path) -> str:
+    """A log's text, bytes that are not UTF-8 replaced (an edit is a problem to name, not a reason to stop)."""
+    try:
+        return path.read_text(errors="replace")
+    except OSError as exc:
+        raise SpecError(str(path), [f"cannot read: {exc.strerror}"]) from None
+
+
 @audit_app.command("verify")
 def audit_verify(
     file: Path | None = typer.Argument(None, help="audit.jsonl (or --config)."),
@@ -199,11 +208,18 @@ def audit_verify(
     key_file: Path | None = typer.Option(
         None, "--key-file", help="The audit key, to check keyed entries' HMACs (with --config: its audit_key_file)."
     ),
+    shipped: Path | None = typer.Option(
+        None,
+        "--shipped",
+        help="The sink's copy (the controllers' audit_sink): its own chain checked, and the local log, where it is "
+        "still there, checked against it.",
+    ),
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:
     """Check the audit log's chain: a changed, inserted or removed line is named, and with the key an entry
-    rewritten without it. Exit 1 if broken."""
-    head = None
+    rewritten without it. With --shipped, the central copy too: an entry it holds that the local log lost or holds
+    otherwise is named, and a local log that is gone leaves the shipped copy to stand alone. Exit 1 if broken."""
+    head, key = None, read_key(key_file) if key_file else None
     if config is not None:  # the log and the state where the controllers keep them, the end checked too
         from ha_ops.remediation.controller import make_documents
         from ha_ops.remediation.store import load_state
@@ -211,24 +227,41 @@ def audit_verify(
         cfg = load_controller_config(config)
         key = read_key(key_file or cfg.audit_key_file) if (key_file or cfg.audit_key_file) else None
         documents = make_documents(cfg)
-        where, text = documents.describe("audit.jsonl"), documents.read("audit.jsonl") or ""
+        where, text = documents.describe("audit.jsonl"), documents.read("audit.jsonl")
         recorded = load_state(documents)
         head = AuditHead(recorded.audit_seq, recorded.audit_hash)
-        problems = verify_text(text, head, key)
     elif file is not None:
         if state is not None:
             recorded_state = read_state(state)
             head = AuditHead(recorded_state.audit_seq, recorded_state.audit_hash)
-        where, problems = str(file), verify(file, head, read_key(key_file) if key_file else None)
-        text = file.read_text(errors="replace") if file.exists() else ""
+        where, text = str(file), _log_text(file) if file.exists() else None
+    elif shipped is None:
+        raise typer.BadParameter("give the log's FILE, --config or --shipped", param_hint="FILE")
     else:
-        raise typer.BadParameter("give the log's FILE or --config", param_hint="FILE")
-    entries = sum(1 for line in text.splitlines() if line.strip())
+        where, text = "", None
+    if text is not None:
+        problems = verify_text(text, head, key)
+    elif shipped is None:
+        problems = verify(Path(where), head, key)  # (why it cannot be read; none if the state says nothing was done)
+    else:
+        problems = []  # the local log is gone: the shipped copy stands alone
+    entries = sum(1 for line in (text or "").splitlines() if line.strip())
+    result: dict[str, Any] = {"file": where, "entries": entries}
+    if shipped is not None:
+        copy, shipped_problems = shipped_entries(_log_text(shipped))
+        chain = "".join(json.dumps(e, sort_keys=True) + "\n" for e in copy)
+        shipped_problems += [f"shipped copy: {p}" for p in verify_text(chain, None, key)]
+        problems = shipped_problems + problems + compare(text, copy)
+        result |= {"shipped": str(shipped), "shipped_entries": len(copy), "local_log_present": text is not None}
+    result |= {"intact": not problems, "problems": problems}
     if json_out:
-        output.emit_json({"file": where, "entries": entries, "intact": not problems, "problems": problems})
+        output.emit_json(result)
     elif problems:
         for problem in problems:
             output.error(problem)
+    elif shipped is not None:
+        local = f"{where}: {entries} entries, each as shipped" if text is not None else "no local log: it stands alone"
+        output.result(f"{shipped}: {len(copy)} entries shipped, chain intact; {local}")
     else:
         output.result(
             f"{where}: {entries} entries, chain intact" + (" and matching the controller's state" if head else "")

@@ -12,7 +12,7 @@ import yaml
 from rich.table import Table
 
 from ha_ops.cli import output
-from ha_ops.errors import LabError
+from ha_ops.errors import LabError, SpecError
 from ha_ops.lab.cluster import Lab, teardown
 from ha_ops.lab.netns import NETNS_DIR
 from ha_ops.lab.paths import LabPaths
@@ -234,6 +234,29 @@ def promote_metalogger(name: str = NameOpt) -> None:
 
     seconds = promote(Lab.from_state(name))
     output.result(f"the metalogger's node now runs the MooseFS master ({seconds:.1f} s)")
+
+
+@app.command("rotate-certs")
+def rotate_certs(
+    name: str = NameOpt,
+    lifetime_s: float = typer.Option(86400.0, "--lifetime-s", min=60, help="How long the new certificates are valid."),
+    json_out: bool = JsonOpt,
+) -> None:
+    """Issue every ha-ops certificate of the lab again, with new keys (the lab's rotation; on a cluster the ha_ops_pki
+    role or cert-manager rotates them). The controllers, agents, Prometheus and Alertmanager pick them up by
+    themselves, from their next connection on."""
+    import datetime as dt
+
+    from ha_ops.lab import tls
+
+    lab = Lab.from_state(name)
+    if not tls.enabled(lab.ctx):
+        raise SpecError(f"lab {name}", ["remediation.tls is off: the lab issued no certificates to rotate"])
+    rotated = tls.rotate(lab.ctx, dt.timedelta(seconds=lifetime_s))
+    if json_out:
+        output.emit_json({"rotated": rotated, "lifetime_s": lifetime_s})
+    else:
+        output.result(f"rotated {len(rotated)} certificates: {', '.join(rotated)}")
 
 
 @app.command("driver-build")

@@ -10,6 +10,9 @@ Per host: `ansible_host` (its address), `ansible_user`, `ansible_port`, `ansible
 - `ha_ops_firewall`: `iptables` (default) or `nftables`;
 - `ha_ops_command`: how ha-ops runs on the node (default `ha-ops`);
 - `ha_ops_production`: faults need --confirm-production; `ha_ops_spec`: the cluster spec (relative to the file);
+- `ha_ops_tls`: the operator's certificate for the controllers' API where the spec serves it over mutual TLS
+  (`remediation.tls`): `ca_file`, `cert_file`, `key_file` (relative to the file), an operator identity of the
+  cluster CA (docs/security.md);
 - `ha_ops_kubeconfig`: the Kubernetes API, for a spec whose controllers act on Kubernetes (relative to the file;
   default kubectl's own: $KUBECONFIG or ~/.kube/config).
 """

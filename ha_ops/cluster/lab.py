@@ -17,6 +17,7 @@ from ha_ops.cluster.ops import FilterOp, GpuOp, LinkOp, Op, PowerOp, QdiscOp, Se
 from ha_ops.cluster.rollouts import DriverRollouts, RolloutSite
 from ha_ops.errors import SpecError
 from ha_ops.lab import kubernetes, netns
+from ha_ops.lab import tls as lab_tls
 from ha_ops.lab.cluster import Lab
 from ha_ops.lab.http import http_get, http_post
 from ha_ops.lab.node import LabNode
@@ -138,11 +139,13 @@ class LabCluster:
         timeout: float = 5.0,
     ) -> tuple[int, bytes]:  # fmt: skip
         target, port = service_endpoint(self.spec, self.layout, service, host)
-        url = f"http://{self.layout.node(target).address}:{port}{path}"
-        where = self.lab.ctx.netns(target)
+        # The controllers' API over mutual TLS where the spec asks for it, with the lab operator's certificate.
+        secure = service == "controller" and lab_tls.enabled(self.lab.ctx)
+        url = f"{'https' if secure else 'http'}://{self.layout.node(target).address}:{port}{path}"
+        where, context = self.lab.ctx.netns(target), lab_tls.operator_context(self.lab.ctx) if secure else None
         if method == "GET":
-            return http_get(where, url, timeout=timeout)
-        return http_post(where, url, body or b"", timeout=timeout)
+            return http_get(where, url, timeout=timeout, context=context)
+        return http_post(where, url, body or b"", timeout=timeout, context=context)
 
     def scheduler(self) -> Scheduler:
         return self._scheduler.get()

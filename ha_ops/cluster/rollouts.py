@@ -18,6 +18,7 @@ from ha_ops.cluster.base import Cluster
 from ha_ops.cluster.gpu import CapabilityMissing
 from ha_ops.errors import HaOpsError, SpecError
 from ha_ops.rollout.ansible import DEFAULT_VERSION_COMMAND
+from ha_ops.spec.load import validation_problems
 from ha_ops.spec.model import StrictModel
 
 TERMINAL = ("halted", "completed", "aborted")
@@ -39,8 +40,7 @@ class RolloutSite(StrictModel):
         try:
             return cls.model_validate(value)
         except ValidationError as exc:
-            problems = [f"ha_ops_rollout.{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()]
-            raise SpecError(where, problems) from None
+            raise SpecError(where, [f"ha_ops_rollout.{p}" for p in validation_problems(exc)]) from None
 
 
 class RolloutFailed(HaOpsError):

@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from pydantic import ValidationError
+
 from ha_ops.cluster import commands
 from ha_ops.cluster.base import MASKED, ClusterScheduler, Service, service_endpoint
 from ha_ops.cluster.commands import Command
@@ -25,7 +27,9 @@ from ha_ops.cluster.rollouts import DriverRollouts, RolloutSite
 from ha_ops.errors import CommandFailed, HaOpsError, SpecError, TransportError
 from ha_ops.schedulers.base import Scheduler
 from ha_ops.schedulers.slurm import Slurm
+from ha_ops.security.tls import ReloadingContext, TlsFiles
 from ha_ops.spec.layout import compute_layout
+from ha_ops.spec.load import validation_problems
 from ha_ops.spec.model import ClusterSpec
 from ha_ops.storage.checks import StorageChecks, replicas_of
 from ha_ops.transport.http import request
@@ -178,6 +182,7 @@ class SshCluster:
         self._nodes: dict[str, SshNode] = {}
         self._lock = threading.Lock()  # a game day's watcher and its experiment ask for nodes at once
         self._scheduler = ClusterScheduler(spec, self.slurm, self._kubeconfig)
+        self._tls: ReloadingContext | None = None
 
     def hosts(self) -> list[str]:
         return list(self.inventory.hosts)
@@ -252,6 +257,10 @@ class SshCluster:
     ) -> tuple[int, bytes]:  # fmt: skip
         """Through the service host's own SSH session (as `ssh -L` would): the cluster network need not be routed
         to the operator's machine, and the service is reached at the address it listens on."""
+        # The controllers' API over mutual TLS where the spec asks for it: the TLS runs end to end between the
+        # operator's certificate here and the controller, through the SSH channel.
+        secure = service == "controller" and self.spec.remediation is not None and self.spec.remediation.tls
+        context = self._operator_tls().get() if secure else None
         target, port = service_endpoint(self.spec, self.layout, service, host if host else self._default(service))
         address = (
             str(self.layout.node(target).address) if target in {n.name for n in self.layout.nodes} else "127.0.0.1"
@@ -259,7 +268,30 @@ class SshCluster:
         transport = self.node(target).transport
         headers = {"Content-Type": "application/json"} if body is not None else {}
         connect = lambda h, p, t: transport.open_channel(h, p, timeout=t)  # noqa: E731
-        return request(connect, method, f"http://{address}:{port}{path}", body, headers, timeout)
+        url = f"{'https' if secure else 'http'}://{address}:{port}{path}"
+        return request(connect, method, url, body, headers, timeout, context)
+
+    def _operator_tls(self) -> ReloadingContext:
+        """The operator's certificate for the controllers' API: the inventory's `ha_ops_tls` (ca_file, cert_file,
+        key_file, relative to the inventory), loaded once and reloaded when the files rotate."""
+        with self._lock:
+            if self._tls is None:
+                value = self.cluster_value("ha_ops_tls")
+                where = str(self.inventory.source)
+                if not isinstance(value, dict):
+                    why = "the spec serves the controllers' API over mutual TLS (remediation.tls)"
+                    raise SpecError(where, [f"ha_ops_tls: {why}; give the operator's ca_file, cert_file and key_file"])
+                base = self.inventory.source.parent
+                try:
+                    files = TlsFiles.model_validate(value)
+                except ValidationError as exc:
+                    raise SpecError(where, [f"ha_ops_tls.{p}" for p in validation_problems(exc)]) from None
+                files = files.model_copy(update={
+                    k: (base / Path(getattr(files, k)).expanduser()).resolve()
+                    for k in ("ca_file", "cert_file", "key_file")
+                })  # fmt: skip
+                self._tls = ReloadingContext(files, server=False)
+            return self._tls
 
     def storage_checks(self) -> StorageChecks:
         """MooseFS from the first controller, which mounts it at `ha_ops_storage_mount` (default /mnt/moosefs)."""

@@ -8,6 +8,7 @@ from pathlib import Path
 import yaml
 
 from ha_ops.gpu.fake import FakeGpus
+from ha_ops.lab import tls
 from ha_ops.lab.context import LabContext, ServiceDef
 from ha_ops.lab.controllers import base_urls
 
@@ -33,7 +34,13 @@ def render_config(ctx: LabContext, node: str, report_to_controllers: bool = True
         "sweep_interval_s": LAB_SWEEP_INTERVAL_S,
         "metrics": {"address": str(layout.address), "port": ctx.spec.monitoring.agent_port},
         "slurm": {"enabled": True, "auto_resume": True, "resume_after_healthy_sweeps": 2},
-        "controller": {"urls": urls, "heartbeat_s": 5.0, "timeout_s": 1.0, "fallback_after_s": 5.0},
+        "controller": {
+            "urls": urls,
+            "heartbeat_s": 5.0,
+            "timeout_s": 1.0,
+            "fallback_after_s": 5.0,
+            **({"tls": tls.config_block(ctx, f"agent-{node}")} if urls and tls.enabled(ctx) else {}),
+        },
         "state_file": str(ctx.node_dir(node) / "agent-state.json"),
     }
 

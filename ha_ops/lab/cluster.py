@@ -24,10 +24,12 @@ from typing import TYPE_CHECKING
 from ha_ops.errors import LabError, NotRootError
 from ha_ops.lab import (
     agents,
+    audit_sink,
     bmc,
     controllers,
     drivers,
     fabric,
+    firewall,
     kubelets,
     kubernetes,
     mgmt,
@@ -38,6 +40,7 @@ from ha_ops.lab import (
     sshd,
     storage,
     systemctl,
+    tls,
 )
 from ha_ops.lab.context import LabContext, ServiceDef
 from ha_ops.lab.http import http_get
@@ -164,7 +167,9 @@ class Lab:
         slurm.prepare(ctx)
         sshd.prepare(ctx)
         bmc.prepare(ctx)
+        tls.prepare(ctx)  # before the configs that name the certificates
         monitoring.prepare(ctx)
+        audit_sink.prepare(ctx)
         agents.prepare(ctx)
         controllers.prepare(ctx)
         storage.prepare(ctx)
@@ -178,6 +183,7 @@ class Lab:
             self._ensure_node(state, node.name, "host", str(node.address))
         fabric.wire(ctx)
         mgmt.wire(ctx)
+        firewall.apply(ctx)  # before any daemon listens
         kubelets.network(ctx, state)
 
         progress("starting the fabric (FRR)")
@@ -195,7 +201,7 @@ class Lab:
         self._ensure_services(state, sshd.sshd_services(ctx) + fabric.netwatch_services(ctx))
         self._ensure_services(state, [systemctl.supervisor_service(ctx), bmc.service(ctx)])
         self._ensure_services(state, slurm.slurm_services(ctx))
-        self._ensure_services(state, monitoring.monitoring_services(ctx))
+        self._ensure_services(state, monitoring.monitoring_services(ctx) + audit_sink.services(ctx))
         if not kubernetes.controllers_use_it(ctx):  # (else once their API is ready, below)
             self._ensure_services(state, controllers.controller_services(ctx))
         self._ensure_services(state, agents.agent_services(ctx))
@@ -415,7 +421,8 @@ class Lab:
     def _http_problem(self, node: str, url: str, what: str) -> str | None:
         """None if `url` answers 200 from inside `node`'s namespace, else what went wrong."""
         try:
-            status, _ = http_get(self.ctx.netns(node), url, timeout=2)
+            context = tls.operator_context(self.ctx) if url.startswith("https://") else None
+            status, _ = http_get(self.ctx.netns(node), url, timeout=2, context=context)
         except Exception as exc:
             return f"{what}: {exc}"
         return None if status == 200 else f"{what}: {url} returned {status}"
@@ -438,11 +445,14 @@ class Lab:
             (n.name, f"http://{n.address}:{port}/metrics", f"{n.name} agent") for n in ctx.layout.nodes_with_role("gpu")
         ]
         problems = [p for node, url, what in checks if (p := self._http_problem(node, url, what))]
-        for node in ctx.layout.nodes:  # on the hosts' own network, as the remediation controllers reach them
+        listeners = [(node.name, (str(node.address), 22), f"{node.name} sshd") for node in ctx.layout.nodes]
+        if audit_sink.enabled(ctx):
+            listeners.append((mon, (audit_sink.address(ctx), audit_sink.PORT), "the audit sink (rsyslog)"))
+        for node_name, where, what in listeners:  # on the hosts' own network, as the controllers reach them
             try:
-                netns.connect_in(ctx.netns(node.name), (str(node.address), 22), timeout=1).close()
+                netns.connect_in(ctx.netns(node_name), where, timeout=1).close()
             except Exception as exc:
-                problems.append(f"{node.name} sshd: {exc}")
+                problems.append(f"{what}: {exc}")
         return problems + self._operator_problems()
 
     def _operator_problems(self) -> list[str]:

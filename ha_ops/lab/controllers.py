@@ -9,7 +9,8 @@ from pathlib import Path
 
 import yaml
 
-from ha_ops.lab import kubernetes, storage
+from ha_ops.lab import audit_sink, kubernetes, storage
+from ha_ops.lab import tls as lab_tls
 from ha_ops.lab.context import LabContext, ServiceDef
 from ha_ops.lab.paths import NODE_DIR
 from ha_ops.lab.sshd import client_key, known_hosts
@@ -59,8 +60,8 @@ def base_urls(ctx: LabContext) -> list[str]:
     """The controllers' base URLs; none without a `remediation` section."""
     if ctx.spec.remediation is None:
         return []
-    port = ctx.spec.remediation.port
-    return [f"http://{n.address}:{port}" for n in ctx.layout.nodes_with_role("controller")]
+    port, scheme = ctx.spec.remediation.port, "https" if ctx.spec.remediation.tls else "http"
+    return [f"{scheme}://{n.address}:{port}" for n in ctx.layout.nodes_with_role("controller")]
 
 
 def render_config(ctx: LabContext, node: str) -> dict:
@@ -95,6 +96,8 @@ def render_config(ctx: LabContext, node: str) -> dict:
         "peers": base_urls(ctx),
         **where,
         "audit_key_file": str(audit_key_path(ctx, node)),
+        **({"tls": lab_tls.config_block(ctx, f"controller-{node}")} if lab_tls.enabled(ctx) else {}),
+        **({"audit_sink": audit_sink.controller_config(ctx, node)} if audit_sink.enabled(ctx) else {}),
         "partition": ctx.spec.gpu_partition,
         "pools": pools,
         "safety": {

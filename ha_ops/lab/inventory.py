@@ -1,7 +1,8 @@
 """The lab as an operator's inventory (`ha-ops lab inventory --ssh`): every host and switch at its address on the
 management network, the lab's ssh key and known_hosts, each host's BMC (the lab's Redfish service), fake-GPU
-injection on the GPU nodes, the host that runs driver rollouts, and the lab's spec. `--inventory` commands then
-reach the lab exactly as they reach a cluster of real machines: over SSH, with verified host keys, and no nsenter."""
+injection on the GPU nodes, the operator's certificate for the controllers' API, the host that runs driver
+rollouts, and the lab's spec. `--inventory` commands then reach the lab exactly as they reach a cluster of real
+machines: over SSH, with verified host keys, and no nsenter."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from ha_ops.lab import bmc, controllers, mgmt, rollouts, storage
+from ha_ops.lab import bmc, controllers, mgmt, rollouts, storage, tls
 from ha_ops.lab.agents import gpu_dir
 from ha_ops.lab.context import LabContext
 from ha_ops.lab.drivers import ha_ops_command
@@ -42,6 +43,8 @@ def ssh_inventory(ctx: LabContext) -> dict[str, Any]:
         # The nodes share this machine's files: the ha-ops a node runs is this one.
         "ha_ops_command": ha_ops_command(),
     }
+    if tls.enabled(ctx):  # the operator's certificate for the controllers' mutual TLS
+        inventory["all"]["vars"]["ha_ops_tls"] = tls.config_block(ctx, "operator")
     if storage.enabled(ctx):
         inventory["all"]["vars"]["ha_ops_storage_watch_state_dir"] = str(storage.watcher_state_dir(ctx))
     hosts = inventory["all"]["hosts"]

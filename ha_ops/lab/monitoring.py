@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import yaml
 
+from ha_ops.lab import tls
 from ha_ops.lab.context import LabContext, ServiceDef
 from ha_ops.lab.controllers import base_urls
 from ha_ops.lab.storage import EXPORTER_PORT
@@ -43,7 +44,9 @@ def render_prometheus(ctx: LabContext) -> dict:
         {"targets": [f"{n.address}:{mon.agent_port}"], "labels": {"node": n.name}}
         for n in ctx.layout.nodes_with_role("gpu")
     ]
-    controllers = [u.removeprefix("http://") for u in base_urls(ctx)]
+    controllers = [u.split("://", 1)[1] for u in base_urls(ctx)]
+    # Over TLS, Prometheus scrapes the controllers with its own certificate (any of the CA's may read /metrics).
+    secure = {"scheme": "https", "tls_config": _tls_config(ctx, "prometheus")} if tls.enabled(ctx) else {}
     return {
         "global": {
             "scrape_interval": interval,
@@ -56,7 +59,11 @@ def render_prometheus(ctx: LabContext) -> dict:
             {"job_name": "prometheus", "static_configs": [{"targets": [f"{address}:{prom_port}"]}]},
             {"job_name": "alertmanager", "static_configs": [{"targets": [f"{address}:{am_port}"]}]},
             {"job_name": "ha-ops-agent", "static_configs": agents},
-            *([{"job_name": "ha-ops-controller", "static_configs": [{"targets": controllers}]}] if controllers else []),
+            *(
+                [{"job_name": "ha-ops-controller", **secure, "static_configs": [{"targets": controllers}]}]
+                if controllers
+                else []
+            ),
             *(
                 [{"job_name": "ha-ops-storage", "static_configs": [{"targets": [f"{address}:{EXPORTER_PORT}"]}]}]
                 if storage_enabled(ctx)
@@ -64,6 +71,12 @@ def render_prometheus(ctx: LabContext) -> dict:
             ),
         ],
     }
+
+
+def _tls_config(ctx: LabContext, name: str) -> dict[str, str]:
+    """Prometheus' and Alertmanager's client TLS settings for one of the lab's identities."""
+    block = tls.config_block(ctx, name)
+    return {"ca_file": block["ca_file"], "cert_file": block["cert_file"], "key_file": block["key_file"]}
 
 
 def render_rules() -> dict:
@@ -74,7 +87,8 @@ def render_rules() -> dict:
 
 
 def render_alertmanager(ctx: LabContext | None = None) -> dict:
-    hooks = [{"url": f"{u}/v1/alerts", "send_resolved": True} for u in (base_urls(ctx) if ctx else [])]
+    secure = {"http_config": {"tls_config": _tls_config(ctx, "alertmanager")}} if ctx and tls.enabled(ctx) else {}
+    hooks = [{"url": f"{u}/v1/alerts", "send_resolved": True, **secure} for u in (base_urls(ctx) if ctx else [])]
     return {
         "route": {
             "receiver": "default",

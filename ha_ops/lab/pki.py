@@ -77,11 +77,13 @@ class LabCA:
         groups: tuple[str, ...] = (),
         server_names: tuple[str, ...] = (),
         client: bool = True,
+        validity: dt.timedelta = VALIDITY,
+        renew: bool = False,
     ) -> CertPaths:
         """`name`.crt and `name`.key, signed by the CA; `server_names` (DNS names or IPs) make it a serving cert too.
-        Reissued only when missing."""
+        Issued when missing, or with `renew` (a rotation: a new key, the key written before its certificate)."""
         out = CertPaths(self.directory / f"{name}.crt", self.directory / f"{name}.key")
-        if out.cert.exists() and out.key.exists():
+        if out.cert.exists() and out.key.exists() and not renew:
             return out
         ca_key = serialization.load_pem_private_key(self.paths.key.read_bytes(), password=None)
         ca_cert = x509.load_pem_x509_certificate(self.paths.cert.read_bytes())
@@ -97,7 +99,7 @@ class LabCA:
             .public_key(key.public_key())
             .serial_number(x509.random_serial_number())
             .not_valid_before(now - dt.timedelta(minutes=5))
-            .not_valid_after(now + VALIDITY)
+            .not_valid_after(now + validity)
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
             .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
         )
@@ -110,8 +112,12 @@ class LabCA:
                     sans.append(x509.DNSName(entry))
             builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
         cert = builder.sign(ca_key, hashes.SHA256())  # type: ignore[arg-type]
-        _write_private(out.key, _key_pem(key))
-        out.cert.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+        # Each file replaced whole (a reader never sees half of one); between the two a reader may find the new key
+        # beside the old certificate, which ha_ops.security.tls.ReloadingContext waits out.
+        _write_private(out.key.with_suffix(".key.new"), _key_pem(key))
+        os.replace(out.key.with_suffix(".key.new"), out.key)
+        out.cert.with_suffix(".crt.new").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+        os.replace(out.cert.with_suffix(".crt.new"), out.cert)
         return out
 
 

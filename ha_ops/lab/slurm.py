@@ -9,6 +9,7 @@ from pathlib import Path
 
 from ha_ops.lab import storage
 from ha_ops.lab.context import LabContext, ServiceDef
+from ha_ops.security.firewall import SRUN_PORTS
 
 GPU_DEVICE_DIR = "dev"
 
@@ -46,6 +47,8 @@ def render_slurm_conf(ctx: LabContext) -> str:
         f"SlurmdLogFile={node_dir('log', 'slurmd.log')}",
         "SlurmctldPort=6817",
         "SlurmdPort=6818",
+        # Where slurmd reaches back to an srun: a fixed range, so that host firewalls can let it in.
+        f"SrunPortRange={SRUN_PORTS[0]}-{SRUN_PORTS[1]}",
         # Slurm's defaults are 120 s and 300 s; a GPU cluster wants failures noticed in seconds.
         f"SlurmctldTimeout={slurm.slurmctld_timeout_s}",
         f"SlurmdTimeout={slurm.slurmd_timeout_s}",

@@ -17,10 +17,13 @@ import json
 from collections.abc import Hashable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ha_ops.errors import SpecError
 from ha_ops.remediation.documents import DirectoryDocuments, Documents
+
+if TYPE_CHECKING:
+    from ha_ops.remediation.audit_sink import AuditShipper
 
 GENESIS = "0" * 64
 ENTRY_FIELDS = ("at", "who", "what", "node", "why", "before", "after", "intent")
@@ -54,10 +57,17 @@ class AuditHead:
 
 
 class AuditLog:
-    def __init__(self, documents: Documents, name: str = "audit.jsonl", key: bytes | None = None) -> None:
+    def __init__(
+        self,
+        documents: Documents,
+        name: str = "audit.jsonl",
+        key: bytes | None = None,
+        sink: AuditShipper | None = None,
+    ) -> None:
         self.documents = documents
         self.name = name
         self.key = key
+        self.sink = sink  # where every entry written is shipped too (audit_sink.py)
         # The head and the audited intents, read once and then kept up to date by append(); read again only when
         # the log changed underneath (another controller appended), so a tick does not re-read the whole log.
         self._seen: Hashable | None = None
@@ -65,9 +75,9 @@ class AuditLog:
         self._intents: set[str] = set()
 
     @classmethod
-    def at(cls, path: Path, key: bytes | None = None) -> AuditLog:
+    def at(cls, path: Path, key: bytes | None = None, sink: AuditShipper | None = None) -> AuditLog:
         """The log in a file."""
-        return cls(DirectoryDocuments(Path(path).parent), Path(path).name, key)
+        return cls(DirectoryDocuments(Path(path).parent), Path(path).name, key, sink)
 
     def _load(self) -> None:
         signature = self.documents.version(self.name)
@@ -114,6 +124,8 @@ class AuditLog:
         self._load()
         if any(p.startswith("the controller's state records") for p in problems):
             self._head = recorded
+        if self.sink is not None:  # what the predecessor appended but may not have shipped
+            self.sink.catch_up(self._entries())
         return problems
 
     def head_as_written(self) -> AuditHead:
@@ -146,13 +158,14 @@ class AuditLog:
         """Several entries (each with the fields of `append`), chained in order and written in one append: a
         storm's actions cost one write of the log, not one each."""
         head = self.head()
-        lines, intents = [], []
+        lines, intents, written = [], [], []
         for fields in entries:
             entry: dict[str, Any] = {"seq": head.seq + 1, **{k: fields.get(k) for k in ENTRY_FIELDS}, "prev": head.hash}
             if self.key is not None:
                 entry["mac"] = MAC
             entry["hash"] = _digest(entry, self.key)
             lines.append(json.dumps(entry, sort_keys=True) + "\n")
+            written.append(entry)
             head = AuditHead(entry["seq"], entry["hash"])
             if entry["intent"]:
                 intents.append(str(entry["intent"]))
@@ -162,6 +175,8 @@ class AuditLog:
         self._head = head
         self._intents.update(intents)
         self._seen = self.documents.version(self.name)
+        if self.sink is not None:
+            self.sink.ship(written)
         return self._head
 
 

@@ -8,6 +8,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
+from ha_ops.remediation.audit_sink import AuditSinkConfig
 from ha_ops.security.tls import TlsFiles
 from ha_ops.util.command_template import GpuCommand, NodeCommand
 from ha_ops.util.models import ConfigModel
@@ -159,6 +160,11 @@ class ControllerConfig(ConfigModel):
         description="The key (32 bytes or more) that makes the audit chain an HMAC chain: on each controller's own "
         "disk (or a Kubernetes Secret), the same on both, never on the shared storage with the log. None: a plain "
         "SHA-256 chain, which shows accidents but not an attacker who can write the log.",
+    )
+    audit_sink: AuditSinkConfig | None = Field(
+        None,
+        description="Ship every audit entry to a central append-only sink (syslog over TLS, e.g. rsyslog): a copy "
+        "that outlives the local log (`ha-ops audit verify --shipped`). None: the log stays where it is written.",
     )
     lease_ttl_s: float = Field(3.0, gt=0)
     lease_renew_s: float = Field(1.0, gt=0)

@@ -26,6 +26,7 @@ from prometheus_client.registry import Collector
 from ha_ops.health.report import AgentReport
 from ha_ops.remediation import monitoring_watch, policy
 from ha_ops.remediation.audit import AuditHead, AuditLog, read_key
+from ha_ops.remediation.audit_sink import AuditShipper
 from ha_ops.remediation.config import ControllerConfig
 from ha_ops.remediation.documents import DirectoryDocuments, Documents
 from ha_ops.remediation.executor import Executor
@@ -55,7 +56,9 @@ class Controller:
         self.lease = make_lease(config, clock)
         self.documents = make_documents(config)
         self.store = StateStore(self.documents, self.lease)
-        self.audit = AuditLog(self.documents, key=read_key(config.audit_key_file) if config.audit_key_file else None)
+        self.shipper = AuditShipper(config.audit_sink, config.id) if config.audit_sink is not None else None
+        key = read_key(config.audit_key_file) if config.audit_key_file else None
+        self.audit = AuditLog(self.documents, key=key, sink=self.shipper)
         self.views = ViewStore(self.documents, config.id)
         self.peer_views: list[View] = []  # as read at the last lease step
         self.slurm_ok_at = 0.0  # the last successful read of Slurm's node states
@@ -584,6 +587,8 @@ class Controller:
         lease_thread = threading.Thread(target=self._lease_loop, name="lease", daemon=True)
         lease_thread.start()
         threading.Thread(target=self._node_state_loop, name="node-states", daemon=True).start()
+        if self.shipper is not None:
+            self.shipper.start()
         if self.config.slurm_fence.enabled and self.config.scheduler == "slurm":  # (Slurm's controllers only)
             threading.Thread(target=self._fence_loop, name="slurm-fence", daemon=True).start()
         if self.config.monitoring is not None:
@@ -601,6 +606,8 @@ class Controller:
                     log.exception("tick failed; the controller keeps running")
         finally:
             server.shutdown()
+            if self.shipper is not None:
+                self.shipper.stop()
             if self.is_leader:
                 self.lease.release()
 
@@ -685,6 +692,11 @@ class _Metrics(Collector):
         yield storage_alerts
         head = c.audit.head_as_written()
         yield _single("ha_ops_audit_head_seq", "The audit log's last entry", {"id": c.config.id}, float(head.seq))
+        if c.shipper is not None:
+            ids = {"id": c.config.id}
+            yield _single("ha_ops_audit_shipped_seq", "The last entry shipped to the sink", ids, c.shipper.shipped_seq)
+            yield _single("ha_ops_audit_ship_pending", "Entries waiting for the sink", ids, c.shipper.pending())
+            yield _single("ha_ops_audit_ship_dropped", "Entries lost while the sink was away", ids, c.shipper.dropped)
         yield _single(
             "ha_ops_audit_intact",
             "0 when this leader's takeover found the audit log cut or changed",

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from ha_ops.security.firewall import host_rules, render_nft
 from ha_ops.spec.layout import Layout, NodeLayout, compute_layout
 from ha_ops.spec.model import ClusterSpec
 
@@ -85,6 +86,9 @@ def render_inventory(spec: ClusterSpec) -> dict[str, Any]:
     """An Ansible YAML inventory: role groups, one group per failure domain, zone and rack, and spares."""
     layout = compute_layout(spec)
     hosts = {node.name: _host_vars(spec, node) for node in layout.nodes}
+    if spec.firewall is not None:  # each host's nftables ruleset, for the host_firewall role
+        for node in layout.nodes:
+            hosts[node.name]["host_firewall_ruleset"] = render_nft(node.name, host_rules(spec, layout, node.name))
     children: dict[str, dict[str, Any]] = {}
 
     def add(group: str, host: str) -> None:

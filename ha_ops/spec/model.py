@@ -166,6 +166,19 @@ class Remediation(StrictModel):
     # Whose nodes and jobs the controllers act on: Slurm's, or (with a `kubernetes` section) Kubernetes', their
     # lease and state then kept in the API. Game days and runbook checks judge the same scheduler.
     scheduler: Literal["slurm", "kubernetes"] = "slurm"
+    # The controllers' API over mutual TLS, every caller with a certificate of the cluster's CA (docs/security.md).
+    # The lab issues them from its own CA; on a cluster the ha_ops_pki role or cert-manager (not written yet).
+    tls: bool = False
+
+
+class Firewall(StrictModel):
+    """Host firewalls (nftables, ha_ops.security.firewall): each host accepts only the flows the cluster needs
+    between its hosts' roles (Slurm, ssh, metrics, storage, the ha-ops API), and drops the rest."""
+
+    admin_sources: list[Cidr] = Field(
+        default_factory=list,
+        description="Where operators come from (bastions, admin networks, where Ansible runs): ssh and the APIs.",
+    )
 
 
 class Kubernetes(StrictModel):
@@ -208,6 +221,7 @@ class ClusterSpec(StrictModel):
     schedulers: Schedulers
     monitoring: Monitoring
     remediation: Remediation | None = None
+    firewall: Firewall | None = None
     kubernetes: Kubernetes | None = None
     images: Images | None = None
 

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import subprocess
 import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from xml.etree import ElementTree as ET
 
@@ -25,9 +30,50 @@ def gameday(lab: Lab, plan: Path, reports: Path) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, capture_output=True, text=True, timeout=600)
 
 
+@contextmanager
+def rotating_certificates(lab: Lab, every_s: float) -> Iterator[list[float]]:
+    """Every ha-ops certificate of the lab issued again, with new keys, every `every_s` seconds (the times)."""
+    from ha_ops.lab import tls
+
+    done, times = threading.Event(), []
+
+    def rotate() -> None:
+        while not done.wait(every_s):
+            tls.rotate(lab.ctx, dt.timedelta(minutes=5))
+            times.append(time.time())
+
+    thread = threading.Thread(target=rotate, daemon=True)
+    thread.start()
+    try:
+        yield times
+    finally:
+        done.set()
+        thread.join()
+
+
+def log_sizes(lab: Lab, service: str, nodes: list[str]) -> dict[Path, int]:
+    return {path: path.stat().st_size for n in nodes for path in lab.node(n).log_files(service)}
+
+
+def lines_since(sizes: dict[Path, int]) -> list[str]:
+    found = []
+    for path, size in sizes.items():
+        with open(path, errors="replace") as handle:
+            handle.seek(size)
+            found += handle.read().splitlines()
+    return found
+
+
 def test_gameday_measures_detection_and_recovery_and_writes_reports(lab: Lab, tmp_path: Path) -> None:
-    result = gameday(lab, PLAN, tmp_path)
+    # With the certificates rotated every 8 s meanwhile (issue 20): no report refused, lost or late for it.
+    gpu_nodes = [n.name for n in lab.ctx.layout.nodes_with_role("gpu")]
+    agent_logs = log_sizes(lab, "agent", gpu_nodes)
+    with rotating_certificates(lab, every_s=8.0) as rotations:
+        result = gameday(lab, PLAN, tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
+    assert len(rotations) >= 2, rotations
+    failed = [line for line in lines_since(agent_logs) if "report to the controller failed" in line]
+    assert failed == [], failed
     report = json.loads((tmp_path / "gameday.json").read_text())
     assert report["passed"] is True
     fault = report["faults"][0]

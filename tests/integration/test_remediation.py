@@ -209,8 +209,8 @@ def test_monitoring_storm_trips_the_breaker_and_the_rest_stay_in_service(lab: La
     drained = [n for n in ("gpu1", "gpu2", "gpu3", "gpu4") if slurm.node(n).drained]
     assert len(drained) == 1, drained
     assert [e["node"] for e in audit_entries(lab) if e["what"] == "drain"] == drained
-    _, text = http_get(lab.ctx.netns(ctl), f"http://{lab.ctx.layout.node(ctl).address}:8800/metrics")
-    assert 'ha_ops_controller_breaker_open{id="' + ctl + '"} 1.0' in text.decode()
+    _, metrics = call_controller(lab, ctl, "/metrics")
+    assert 'ha_ops_controller_breaker_open{id="' + ctl + '"} 1.0' in metrics["raw"]
     query = monitoring.prometheus_url(lab.ctx) + "/api/v1/alerts"
 
     def alert_firing() -> bool:
@@ -255,12 +255,13 @@ def test_bad_input_gets_400_and_changes_nothing(lab: Lab) -> None:
         time.sleep(0.5)  # a report already on its way lands first
         before = digest()
         for body in (b"{not json", b"[]", json.dumps({"schema": "ha-ops/agent-report", "version": 1}).encode()):
-            status, answer = call_controller(lab, ctl, "/v1/reports", body)
+            status, answer = call_controller(lab, ctl, "/v1/reports", body, identity="agent-gpu1")
             assert status == 400, answer
             assert answer["error"]
-        status, answer = call_controller(lab, ctl, "/v1/reports", json.dumps({"schema": "x"}).encode())
+        status, answer = call_controller(lab, ctl, "/v1/reports", json.dumps({"schema": "x"}).encode(), "agent-gpu1")
         assert status == 400 and "schema" in answer["error"]
-        status, answer = call_controller(lab, ctl, "/v1/alerts", json.dumps({"version": "3", "alerts": []}).encode())
+        bad_webhook = json.dumps({"version": "3", "alerts": []}).encode()
+        status, answer = call_controller(lab, ctl, "/v1/alerts", bad_webhook, identity="alertmanager")
         assert status == 400 and "version" in answer["error"]
         assert digest() == before
     finally:
@@ -270,10 +271,103 @@ def test_bad_input_gets_400_and_changes_nothing(lab: Lab) -> None:
         "schema": "ha-ops/agent-report", "version": 1, "node": "gpu99", "seq": 1, "agent_id": "x", "sent_at": 1.0,
         "state": "unhealthy", "action": "reboot_node", "reason": "test",
     }  # fmt: skip
-    status, answer = call_controller(lab, ctl, "/v1/reports", json.dumps(report).encode())
-    assert status == 200 and "unknown node" in answer["ignored"]
-    status, answer = call_controller(lab, standby, "/v1/reports", json.dumps(report).encode())
+    status, answer = call_controller(lab, ctl, "/v1/reports", json.dumps(report).encode(), identity="agent-gpu1")
+    assert status == 403 and "may not report for gpu99" in answer["error"]  # only for the node it names
+    healthy = {**report, "node": "gpu1", "state": "healthy", "action": "none", "reason": ""}
+    status, answer = call_controller(lab, standby, "/v1/reports", json.dumps(healthy).encode(), identity="agent-gpu1")
     assert status == 503 and answer["leader"] == ctl
+
+
+def test_callers_without_the_right_certificate_are_refused(lab: Lab, slurm: Slurm) -> None:
+    """The controllers' API over mutual TLS (issue 20): refused at TLS without a certificate of the lab's CA or
+    over plain HTTP, 403 for an agent reporting for another node or resetting the breaker."""
+    import http.client
+    import ssl
+
+    from ha_ops.lab import tls
+    from ha_ops.lab.http import http_post
+
+    ctl = leader(lab)
+    assert ctl is not None and lab.spec.remediation is not None
+    address, port = lab.ctx.layout.node(ctl).address, lab.spec.remediation.port
+    # The stale-seq trick at its strongest: the largest seq a report may carry (2**62 is refused as out of range).
+    forged = {"schema": "ha-ops/agent-report", "version": 1, "node": "gpu3", "seq": 2**53, "agent_id": "forged",
+              "sent_at": time.time(), "state": "healthy", "action": "none", "reason": ""}  # fmt: skip
+    body = json.dumps(forged).encode()
+    no_certificate = ssl.create_default_context(cafile=str(tls.files(lab.ctx, "operator").ca_file))
+    with pytest.raises((ssl.SSLError, OSError)):  # the server asks for a certificate; none is given
+        http_post(lab.ctx.netns("gpu2"), f"https://{address}:{port}/v1/reports", body, context=no_certificate)
+    with pytest.raises((OSError, http.client.HTTPException)):  # plain HTTP on the TLS port: no answer
+        http_post(lab.ctx.netns("gpu2"), f"http://{address}:{port}/v1/reports", body)
+    status, answer = call_controller(lab, ctl, "/v1/reports", body, identity="agent-gpu2")
+    assert status == 403 and "the certificate of gpu2 may not report for gpu3" in answer["error"], answer
+    too_far = json.dumps({**forged, "node": "gpu2", "seq": 2**62}).encode()
+    status, answer = call_controller(lab, ctl, "/v1/reports", too_far, identity="agent-gpu2")
+    assert status == 400 and "seq" in answer["error"], answer
+    status, answer = call_controller(lab, ctl, "/v1/breaker/reset", b"{}", identity="agent-gpu2")
+    assert status == 403 and "not an operator" in answer["error"]
+    status, state = call_controller(lab, ctl, "/v1/state")  # an operator may read it: no seq, no agent_id in it
+    assert status == 200 and "agent_id" not in json.dumps(state) and '"seq"' not in json.dumps(state)
+    # The stale-seq trick: whatever was tried above, a real fault on gpu3 is still taken out, and repaired.
+    since = max((e["seq"] for e in audit_entries(lab)), default=0)
+    lab.node("gpu3").gpus().fall_off_bus(1)
+    wait_for("gpu3 drained", lambda: "drain" in kinds(node_entries(lab, "gpu3", since)), timeout=20, interval=0.2)
+    wait_for("gpu3 returned", lambda: phase(lab, "gpu3") == "returned", timeout=40, interval=0.3)
+
+
+def test_the_shipped_audit_copy_outlives_the_local_log_and_names_an_edit(lab: Lab, tmp_path: Path) -> None:
+    """Issue 20: each entry reaches the central sink (rsyslog on the monitoring node, syslog over TLS from the
+    controller's certificate); `audit verify --shipped` finds every local entry there, names an entry edited locally
+    with its chain recomputed without the key, and with the local log deleted verifies the shipped copy alone."""
+    import os
+
+    from ha_ops.lab import audit_sink
+    from ha_ops.remediation.audit import _digest
+
+    lab.node("gpu2").gpus().fall_off_bus(4)
+    wait_for("gpu2 returned", lambda: phase(lab, "gpu2") == "returned", timeout=40, interval=0.3)
+    local, shipped = state_dir(lab.ctx) / "audit.jsonl", audit_sink.shipped_log(lab.ctx)
+    wait_for("every entry at the sink",
+             lambda: set(local.read_text().splitlines()) <= set(shipped.read_text().splitlines()), timeout=15,
+             interval=0.2)  # fmt: skip
+    entries = audit_entries(lab)
+    assert {"drain", "resume"} <= set(kinds(entries)) and len(entries) >= 3
+    ctl = leader(lab)
+    assert ctl is not None
+    _, metrics = call_controller(lab, ctl, "/metrics")
+    assert f'ha_ops_audit_shipped_seq{{id="{ctl}"}} {float(entries[-1]["seq"])}' in metrics["raw"]
+
+    def verify(log: Path) -> tuple[int, dict]:
+        argv = [sys.executable, "-m", "ha_ops", "audit", "verify", str(log), "--shipped", str(shipped),
+                "--key-file", str(audit_key_path(lab.ctx, "ctl1")), "--json"]  # fmt: skip
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+        return out.returncode, json.loads(out.stdout)
+
+    code, result = verify(local)
+    assert code == 0 and result["intact"] and result["shipped_entries"] == len(entries), result
+    # Someone who can write the log but not read the key rewrites the drain's reason, and the chain after it.
+    edited, prev = [], "0" * 64
+    for entry in entries:
+        entry = {**entry, "prev": prev} | ({"why": "nothing happened"} if entry["what"] == "drain" else {})
+        entry.pop("mac", None)
+        entry["hash"] = prev = _digest(entry)
+        edited.append(json.dumps(entry, sort_keys=True))
+    forged = tmp_path / "audit.jsonl"
+    forged.write_text("\n".join(edited) + "\n")
+    code, result = verify(forged)
+    drain_seq = next(e["seq"] for e in entries if e["what"] == "drain")
+    assert (
+        code == 1
+        and f"seq {drain_seq}: the local log holds it otherwise than the shipped copy (changed)" in (result["problems"])
+    ), result
+    # The local log deleted: the shipped copy still holds every entry, its keyed chain intact.
+    aside = local.with_name("audit.jsonl.aside")
+    os.replace(local, aside)
+    try:
+        code, result = verify(local)
+    finally:
+        os.replace(aside, local)
+    assert code == 0 and result["local_log_present"] is False and result["shipped_entries"] == len(entries), result
 
 
 def test_kill_9_at_random_points_loses_no_state(lab: Lab, slurm: Slurm) -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import contextlib
 import http.server
+import json
+import os
 import socket
 import threading
 from collections.abc import Iterator, Sequence
@@ -21,8 +23,10 @@ from ha_ops.cluster.ops import FilterOp, FilterRule, GpuOp, LinkOp, PowerOp, Ser
 from ha_ops.cluster.power import BmcConfig
 from ha_ops.cluster.ssh import SshCluster, SshNode, state_dir
 from ha_ops.errors import HaOpsError, SpecError, TransportError
+from ha_ops.security.tls import TlsFiles
 from ha_ops.spec import load_spec
 from ha_ops.util.proc import CommandResult
+from tests.unit.test_controller_tls import api, pki  # noqa: F401  (fixtures)
 from tests.unit.test_transport_ssh import (  # noqa: F401  (fixtures)
     STEP_TIMEOUT,
     Keys,
@@ -207,13 +211,20 @@ class TunnelSSHServer(MiniSSHServer):
         assert channel is not None and channel.get_id() == chanid
         channel.settimeout(STEP_TIMEOUT)
         with socket.create_connection(destination, timeout=STEP_TIMEOUT) as upstream:
-            data = b""
-            while b"\r\n\r\n" not in data:
-                data += channel.recv(4096)
-            upstream.sendall(data)
+            # Both ways at once, as sshd forwards: a TLS handshake talks back and forth before any request.
+            back = threading.Thread(target=self._copy_back, args=(upstream, channel), name="tunnel-back", daemon=True)
+            back.start()
+            with contextlib.suppress(EOFError, OSError):
+                while chunk := channel.recv(4096):
+                    upstream.sendall(chunk)
+            back.join(STEP_TIMEOUT)
+
+    @staticmethod
+    def _copy_back(upstream: socket.socket, channel: paramiko.Channel) -> None:
+        with contextlib.suppress(EOFError, OSError):  # the client may already have hung up: done either way
             while chunk := upstream.recv(4096):
                 channel.sendall(chunk)
-        with contextlib.suppress(EOFError, OSError):  # the client may already have hung up: done either way
+        with contextlib.suppress(EOFError, OSError):
             channel.close()
 
 
@@ -261,5 +272,51 @@ def test_http_to_a_service_goes_through_its_hosts_ssh_session(tmp_path: Path, ke
             assert status == 200 and body == f"ready at /api/v1/status/buildinfo?n={attempt}".encode()
         assert f"direct-tcpip 127.0.0.1:{service}" in sshd.log, sshd.log
         cluster.close()
+    finally:
+        sshd.close()
+
+
+def test_the_controllers_mutual_tls_runs_end_to_end_through_the_ssh_session(
+    tmp_path: Path,
+    keys: Keys,  # noqa: F811
+    api: tuple[object, str],  # noqa: F811
+    pki: dict[str, TlsFiles],  # noqa: F811
+) -> None:
+    """remediation.tls: the operator's certificate (the inventory's ha_ops_tls, relative to it) speaks TLS to the
+    real controller API through the direct-tcpip channel; the SSH server only ever sees ciphertext."""
+    port = int(api[1].rsplit(":", 1)[1])
+    sshd = TunnelSSHServer(keys.host, keys.client)
+    try:
+        known = tmp_path / "known_hosts"
+        known.write_text(known_hosts_entry(sshd.port, keys.host))
+        spec = load_spec(SPEC)
+        assert spec.remediation is not None
+        spec = spec.model_copy(update={"remediation": spec.remediation.model_copy(update={"port": port, "tls": True})})
+
+        def cluster_with(identity: TlsFiles | None) -> SshCluster:
+            tls_var = {} if identity is None else {"ha_ops_tls": {
+                "ca_file": str(identity.ca_file), "cert_file": os.path.relpath(identity.cert_file, tmp_path),
+                "key_file": os.path.relpath(identity.key_file, tmp_path)}}  # fmt: skip
+            ctl = InventoryHost(name="ctl1", address="127.0.0.1", port=sshd.port, key_file=keys.client_file,
+                                known_hosts=known, vars=tls_var)  # fmt: skip
+            cluster = SshCluster(spec, Inventory(source=tmp_path / "hosts.yml", hosts={"ctl1": ctl}),
+                                 journal_dir=tmp_path)  # fmt: skip
+            nodes = [replace(n, address=IPv4Address("127.0.0.1")) if n.name == "ctl1" else n
+                     for n in cluster.layout.nodes]  # fmt: skip
+            cluster.layout = replace(cluster.layout, nodes=nodes)
+            return cluster
+
+        operator = cluster_with(pki["operator"])
+        for _ in range(3):
+            status, body = operator.http("controller", "/v1/state", host="ctl1")
+            assert status == 200 and json.loads(body)["leader_name"] == "ctl1"
+        operator.close()
+        agent = cluster_with(pki["n1"])  # a certificate of the CA, but no operator's: the controller says 403
+        status, body = agent.http("controller", "/v1/state", host="ctl1")
+        assert status == 403 and "operator" in json.loads(body)["error"]
+        agent.close()
+        with pytest.raises(SpecError, match="ha_ops_tls: the spec serves the controllers' API over mutual TLS"):
+            cluster_with(None).http("controller", "/v1/state", host="ctl1")
+        assert f"direct-tcpip 127.0.0.1:{port}" in sshd.log, sshd.log
     finally:
         sshd.close()

@@ -76,3 +76,8 @@ def test_the_lab_inventory_for_ssh_reaches_every_node_on_the_management_network(
     assert gpu.gpu_injection == "fake" and gpu.fake_gpu_dir == str(ctx.node_dir("gpu1") / "gpus")
     assert gpu.bmc is not None and gpu.bmc.system == "/redfish/v1/Systems/gpu1" and gpu.bmc.password_file
     assert inventory.hosts["leaf1"].bmc is None and "switches" in inventory.hosts["leaf1"].groups
+    # The lab serves the controllers' API over mutual TLS: the operator's certificate for it, from the lab's CA.
+    assert ctx.spec.remediation is not None and ctx.spec.remediation.tls
+    assert gpu.vars["ha_ops_tls"] == {"ca_file": str(ctx.paths.root / "pki" / "ca.crt"),
+                                      "cert_file": str(ctx.paths.root / "pki" / "operator.crt"),
+                                      "key_file": str(ctx.paths.root / "pki" / "operator.key")}  # fmt: skip

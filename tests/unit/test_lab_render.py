@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
-from ha_ops.lab import fabric, monitoring, slurm, sshd
+from ha_ops.lab import fabric, monitoring, slurm, sshd, tls
 from ha_ops.lab.context import LabContext
 from ha_ops.lab.paths import NODE_DIR, LabPaths
 from ha_ops.spec import ClusterSpec, compute_layout, load_spec, parse_spec
@@ -391,6 +391,7 @@ def test_prepare_writes_the_rendered_files(ctx: LabContext) -> None:
 def test_promtool_accepts_the_prometheus_config(tmp_path: Path, seconds: float) -> None:
     spec = variant(lambda d: d["monitoring"].update(scrape_interval_s=seconds))
     ctx = make_ctx(spec, tmp_path / "lab")
+    tls.prepare(ctx)  # promtool checks that the scrape's client certificate exists
     monitoring.prepare(ctx)
     config = ctx.paths.etc / "prometheus" / "prometheus.yml"
     out = subprocess.run(
@@ -458,3 +459,30 @@ def test_ssh_known_hosts_is_per_lab(tmp_path: Path) -> None:
     b = sshd.ssh_argv(make_ctx(spec, tmp_path / "b"), "gpu1")
     assert ssh_options(a)["UserKnownHostsFile"] != ssh_options(b)["UserKnownHostsFile"]
     assert ssh_options(a)["UserKnownHostsFile"].startswith(str(tmp_path / "a"))
+
+
+def test_with_tls_every_caller_of_the_controllers_gets_its_own_certificate(ctx: LabContext) -> None:
+    from ha_ops.lab import agents, controllers
+    from ha_ops.security.tls import ReloadingContext
+
+    tls.prepare(ctx)
+    ctl1 = ctx.layout.node("ctl1")
+    assert controllers.base_urls(ctx)[0] == f"https://{ctl1.address}:8800"
+    assert controllers.render_config(ctx, "ctl1")["tls"] == tls.config_block(ctx, "controller-ctl1")
+    agent = agents.render_config(ctx, "gpu2")["controller"]
+    assert agent["urls"][0].startswith("https://") and agent["tls"] == tls.config_block(ctx, "agent-gpu2")
+    hook = monitoring.render_alertmanager(ctx)["receivers"][0]["webhook_configs"][0]
+    assert hook["http_config"]["tls_config"]["cert_file"].endswith("alertmanager.crt")
+    scrape = next(
+        j for j in monitoring.render_prometheus(ctx)["scrape_configs"] if j["job_name"] == "ha-ops-controller"
+    )
+    assert scrape["scheme"] == "https" and scrape["tls_config"]["cert_file"].endswith("prometheus.crt")
+    # Each certificate names its holder (CN) and role (O), as the controller's API authorises them.
+    from cryptography import x509
+    from cryptography.x509.oid import NameOID
+
+    for name, (cn, roles, _) in tls.identities(ctx).items():
+        assert ReloadingContext(tls.files(ctx, name), server=False).loads == 1  # key and certificate match
+        subject = x509.load_pem_x509_certificate(tls.files(ctx, name).cert_file.read_bytes()).subject
+        assert [a.value for a in subject.get_attributes_for_oid(NameOID.COMMON_NAME)] == [cn]
+        assert [a.value for a in subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)] == list(roles)

@@ -1,0 +1,158 @@
+"""Host firewalls from the cluster spec (pure): the flows a cluster needs between its hosts' roles, each host's
+rules (who may reach which of its ports), and the nftables ruleset that enforces them: everything else arriving is
+dropped and counted. The lab loads the ruleset into each node's namespace; on a cluster the `host_firewall` role
+installs it, rendered into each host's variables by `ha-ops inventory` (one renderer for both).
+
+Only what arrives is filtered: replies to a host's own connections are accepted as established, and what a host
+sends is not limited (its peers' firewalls decide)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from ipaddress import IPv4Network
+
+from ha_ops.spec.layout import Layout
+from ha_ops.spec.model import ClusterSpec
+
+SSH = 22
+SLURMCTLD, SLURMD = 6817, 6818
+SRUN_PORTS = (60001, 60100)  # SrunPortRange: where slurmd reaches back to an srun (the lab's and the role's)
+AUDIT_SINK = 6514  # syslog over TLS
+MOOSEFS_MASTER = (9419, 9421)  # metalogger, chunkservers, clients
+MOOSEFS_CHUNKSERVER = 9422
+STORAGE_EXPORTER = 9425
+
+ANY_HOST = "*"  # a flow to (or from) every host of the cluster
+ADMIN = "admin"  # the spec's firewall.admin_sources
+
+
+@dataclass(frozen=True)
+class Flow:
+    """Hosts of `sources` (roles, ANY_HOST or ADMIN) may open connections to `ports` on hosts of role `to`."""
+
+    name: str
+    to: str
+    sources: tuple[str, ...]
+    ports: tuple[int, int]
+    why: str
+    proto: str = "tcp"
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One accepted flow on one host: from these addresses (hosts or networks) to these ports."""
+
+    name: str
+    sources: tuple[str, ...]
+    ports: tuple[int, int]
+    proto: str = "tcp"
+
+    def ports_text(self) -> str:
+        low, high = self.ports
+        return str(low) if low == high else f"{low}-{high}"
+
+
+def _one(port: int) -> tuple[int, int]:
+    return port, port
+
+
+def flows(spec: ClusterSpec) -> list[Flow]:
+    """Every flow the cluster needs, from what its spec runs."""
+    out = [
+        Flow("ssh", ANY_HOST, ("controller", "storage_metalogger", ADMIN), _one(SSH),
+             "operators; the controllers' repairs, fences and rollouts; the storage watcher's fence"),
+    ]  # fmt: skip
+    if spec.schedulers.slurm is not None:
+        out += [
+            Flow("slurmctld", "controller", (ANY_HOST,), _one(SLURMCTLD), "Slurm's clients and daemons, the backup"),
+            Flow("slurmd", "gpu", ("controller", "gpu"), _one(SLURMD), "slurmctld, and slurmd's step fan-out"),
+            Flow("srun", ANY_HOST, ("controller", "gpu"), SRUN_PORTS, "slurmctld, slurmd back to srun (SrunPortRange)"),
+        ]
+    mon = spec.monitoring
+    out.append(Flow("agent-metrics", "gpu", ("monitoring", ADMIN), _one(mon.agent_port), "Prometheus scrapes"))
+    out.append(
+        Flow("prometheus", "monitoring", ("controller", ADMIN), _one(mon.prometheus_port), "the controllers' watch")
+    )
+    out.append(
+        Flow("alertmanager", "monitoring", ("controller", ADMIN), _one(mon.alertmanager_port), "the controllers' alert")
+    )
+    if spec.remediation is not None:
+        out.append(
+            Flow("ha-ops-api", "controller", ("gpu", "monitoring", "controller", ADMIN), _one(spec.remediation.port),
+                 "agents' reports, Prometheus' scrape, Alertmanager's webhook, the peer, operators"),
+        )  # fmt: skip
+        if spec.remediation.tls:
+            out.append(Flow("audit-sink", "monitoring", ("controller",), _one(AUDIT_SINK), "the audit entries"))
+    if spec.storage is not None and spec.storage.kind == "moosefs":
+        masters = ("storage_master", "storage_metalogger")  # (the metalogger's node is promoted to master)
+        out += [
+            *(Flow("moosefs-master", role, (ANY_HOST,), MOOSEFS_MASTER, "chunkservers, metalogger, clients")
+              for role in masters),
+            Flow("moosefs-chunkserver", "chunkserver", (ANY_HOST,), _one(MOOSEFS_CHUNKSERVER), "clients, replication"),
+            Flow("storage-exporter", "monitoring", ("monitoring", ADMIN), _one(STORAGE_EXPORTER), "Prometheus"),
+        ]  # fmt: skip
+    return out
+
+
+def host_rules(spec: ClusterSpec, layout: Layout, host: str, admin: tuple[str, ...] = ()) -> list[Rule]:
+    """What `host` accepts: for each flow to one of its roles, the addresses allowed. `admin` adds sources to the
+    spec's admin_sources (the lab's operator on its management network)."""
+    node = layout.node(host)
+    addresses = {n.name: str(n.address) for n in layout.nodes}
+    admins = tuple(_cidr(a) for a in (*(spec.firewall.admin_sources if spec.firewall else ()), *admin))
+    rules = []
+    for flow in flows(spec):
+        if flow.to != ANY_HOST and flow.to not in node.roles:
+            continue
+        sources: list[str] = []
+        for source in flow.sources:
+            if source == ADMIN:
+                sources += admins
+            else:
+                sources += [addresses[n.name] for n in layout.nodes if source == ANY_HOST or source in n.roles]
+        unique = tuple(dict.fromkeys(s for s in sources if s != addresses[host]))  # (its own: through lo)
+        if unique:
+            rules.append(Rule(flow.name, unique, flow.ports, flow.proto))
+    return rules
+
+
+def _cidr(value: object) -> str:
+    network = IPv4Network(str(value), strict=False)
+    return str(network.network_address) if network.prefixlen == 32 else str(network)
+
+
+def render_nft(host: str, rules: list[Rule], table: str = "ha_ops") -> str:
+    """The ruleset: loaded with `nft -f`, it replaces the table whole (atomically) and touches no other table."""
+    lines = [
+        f"# ha-ops host firewall for {host}, rendered from the cluster spec (ha_ops.security.firewall); do not edit.",
+        f"table inet {table}",
+        f"delete table inet {table}",
+        f"table inet {table} {{",
+        "  chain input {",
+        "    type filter hook input priority filter; policy drop;",
+        '    iifname "lo" accept',
+        "    ct state established,related accept",
+        "    ct state invalid drop",
+        "    icmp type echo-request accept",
+    ]
+    for rule in rules:
+        addresses, ports = ", ".join(rule.sources), rule.ports_text()
+        lines.append(f'    ip saddr {{ {addresses} }} {rule.proto} dport {ports} accept comment "{rule.name}"')
+    lines += ['    counter comment "dropped: not a flow this cluster needs"', "  }", "}", ""]
+    return "\n".join(lines)
+
+
+def matrix(spec: ClusterSpec, layout: Layout) -> list[tuple[str, str, int, bool]]:
+    """(from host, to host, port, allowed) for every host pair and every port some flow opens: the table a lab
+    test probes and docs/security.md shows."""
+    ports = sorted({f.ports[0] for f in flows(spec)})
+    out = []
+    for dst in layout.nodes:
+        accepted = host_rules(spec, layout, dst.name)
+        for src in layout.nodes:
+            if src.name == dst.name:
+                continue
+            for port in ports:
+                allowed = any(str(src.address) in r.sources and r.ports[0] <= port <= r.ports[1] for r in accepted)
+                out.append((src.name, dst.name, port, allowed))
+    return out

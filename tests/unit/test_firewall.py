@@ -1,0 +1,111 @@
+"""Host firewalls from the spec (ha_ops.security.firewall): which flows each role needs, what each host accepts
+from whom, the nftables text, the matrix, and the inventory that hands each host its ruleset."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ha_ops.errors import SpecError
+from ha_ops.security.firewall import SLURMD, SSH, Rule, flows, host_rules, matrix, render_nft
+from ha_ops.spec import compute_layout, load_spec, parse_spec
+from ha_ops.spec.inventory import render_inventory
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+@pytest.fixture(scope="module")
+def full():  # type: ignore[no-untyped-def]
+    spec = load_spec(EXAMPLES / "lab-storage.yaml")
+    return spec, compute_layout(spec)
+
+
+def with_extra(extra: str):  # type: ignore[no-untyped-def]
+    """The full lab's spec with YAML added at its end."""
+    return parse_spec(yaml.safe_load((EXAMPLES / "lab-storage.yaml").read_text() + extra), "x.yaml")
+
+
+def addresses(layout, role: str) -> set[str]:  # type: ignore[no-untyped-def]
+    return {str(n.address) for n in layout.nodes_with_role(role)}
+
+
+def accepted(rules: list[Rule], name: str) -> set[str]:
+    return {s for r in rules if r.name == name for s in r.sources}
+
+
+def test_the_flows_follow_what_the_spec_runs(full) -> None:  # type: ignore[no-untyped-def]
+    spec, _ = full
+    names = {f.name for f in flows(spec)}
+    assert {"ssh", "slurmctld", "slurmd", "srun", "agent-metrics", "ha-ops-api", "moosefs-master",
+            "moosefs-chunkserver", "storage-exporter"} <= names  # fmt: skip
+    assert ("audit-sink" in names) == spec.remediation.tls
+    plain = load_spec(EXAMPLES / "lab.yaml")
+    assert not {"moosefs-master", "moosefs-chunkserver"} & {f.name for f in flows(plain)}
+
+
+def test_each_host_accepts_only_its_roles_flows_from_the_right_roles(full) -> None:  # type: ignore[no-untyped-def]
+    spec, layout = full
+    gpu1 = host_rules(spec, layout, "gpu1")
+    assert {r.name for r in gpu1} == {"ssh", "slurmd", "srun", "agent-metrics"}
+    assert accepted(gpu1, "agent-metrics") == addresses(layout, "monitoring")
+    assert accepted(gpu1, "slurmd") == addresses(layout, "controller") | addresses(layout, "gpu") - {
+        str(layout.node("gpu1").address)
+    }  # (never itself: its own traffic comes in through lo)
+    assert accepted(gpu1, "ssh") == addresses(layout, "controller") | addresses(layout, "storage_metalogger")
+    ctl1 = host_rules(spec, layout, "ctl1", admin=("169.254.7.1",))
+    api = accepted(ctl1, "ha-ops-api")
+    assert addresses(layout, "gpu") <= api and addresses(layout, "monitoring") <= api and "169.254.7.1" in api
+    assert not addresses(layout, "chunkserver") & api
+    assert "169.254.7.1" in accepted(ctl1, "ssh")
+    mon = host_rules(spec, layout, "mon1")
+    assert accepted(mon, "audit-sink") == addresses(layout, "controller")
+    # The metalogger's node is promoted to master when the master is lost: it accepts the master's flows already.
+    assert {r.name for r in host_rules(spec, layout, "mfsml")} >= {"moosefs-master"}
+
+
+def test_admin_sources_come_from_the_spec_as_networks() -> None:
+    with_admins = with_extra("\nfirewall:\n  admin_sources: [192.0.2.0/24, 198.51.100.7]\n")
+    ssh = accepted(host_rules(with_admins, compute_layout(with_admins), "gpu2"), "ssh")
+    assert {"192.0.2.0/24", "198.51.100.7"} <= ssh
+    with pytest.raises(SpecError, match=r"firewall\.admin_sources\[0\]"):
+        with_extra("\nfirewall:\n  admin_sources: [not-a-network]\n")
+    with pytest.raises(SpecError, match=r"firewall\.allow: unknown key"):
+        with_extra("\nfirewall:\n  allow: everything\n")
+
+
+def test_the_ruleset_replaces_its_own_table_and_drops_the_rest() -> None:
+    text = render_nft("gpu1", [Rule("ssh", ("10.0.0.1", "10.0.0.2"), (SSH, SSH)), Rule("srun", ("10.0.0.3",),
+                                                                                          (60001, 60100))])  # fmt: skip
+    lines = [line.strip() for line in text.splitlines()]
+    assert lines[1:3] == ["table inet ha_ops", "delete table inet ha_ops"]  # a reload replaces it whole
+    assert "type filter hook input priority filter; policy drop;" in lines
+    assert 'ip saddr { 10.0.0.1, 10.0.0.2 } tcp dport 22 accept comment "ssh"' in lines
+    assert 'ip saddr { 10.0.0.3 } tcp dport 60001-60100 accept comment "srun"' in lines
+    assert lines.index('iifname "lo" accept') < lines.index("ct state established,related accept") < len(lines) - 3
+    assert lines[-3] == 'counter comment "dropped: not a flow this cluster needs"'
+
+
+def test_the_matrix_allows_exactly_the_flows(full) -> None:  # type: ignore[no-untyped-def]
+    spec, layout = full
+    table = {(s, d, p): ok for s, d, p, ok in matrix(spec, layout)}
+    assert table[("mon1", "gpu1", spec.monitoring.agent_port)] is True
+    assert table[("gpu2", "gpu1", spec.monitoring.agent_port)] is False
+    assert table[("ctl1", "gpu1", SLURMD)] is True and table[("mon1", "gpu1", SLURMD)] is False
+    assert (
+        table[("gpu1", "ctl1", spec.remediation.port)] is True
+        and table[("cs1", "ctl1", spec.remediation.port)] is False
+    )
+    assert table[("gpu1", "gpu2", SSH)] is False and table[("ctl2", "gpu2", SSH)] is True
+    assert not any(s == d for s, d, _ in table)
+
+
+def test_the_inventory_hands_each_host_its_ruleset(full) -> None:  # type: ignore[no-untyped-def]
+    spec, layout = full
+    hosts = render_inventory(spec)["all"]["hosts"]
+    assert all("host_firewall_ruleset" not in h for h in hosts.values())  # no firewall section: none
+    with_firewall = with_extra("\nfirewall: {}\n")
+    hosts = render_inventory(with_firewall)["all"]["hosts"]
+    assert hosts["gpu1"]["host_firewall_ruleset"] == render_nft("gpu1", host_rules(with_firewall, layout, "gpu1"))
+    assert set(hosts) == {n.name for n in layout.nodes}
