@@ -24,6 +24,7 @@ from ha_ops.cli import rollout as rollout_cmd
 from ha_ops.cli import runbook as runbook_cmd
 from ha_ops.cli import spec as spec_cmd
 from ha_ops.cli import storage as storage_cmd
+from ha_ops.cli import wheelhouse as wheelhouse_cmd
 from ha_ops.errors import HaOpsError, SpecError
 
 try:  # typer >= 0.2x vendors click as typer._click; older releases depend on click itself
@@ -53,6 +54,7 @@ app.add_typer(runbook_cmd.app, name="runbook")
 app.add_typer(rollout_cmd.app, name="rollout")
 app.add_typer(power_cmd.app, name="power")
 app.add_typer(k8s_cmd.app, name="k8s")
+app.add_typer(wheelhouse_cmd.app, name="wheelhouse")
 app.command("inventory")(inventory_cmd.inventory)
 
 

@@ -79,6 +79,7 @@ class Controller:
         self._work = threading.Event()
         # From the node-state poller, consumed by the next tick: {node: (state, reason)} and when that poll began
         self._fresh_states: dict[str, tuple[str, str]] = {}
+        self._jobs_seen: dict[str, tuple[str, ...]] = {}  # node -> its jobs at the last read (NodeView.jobs_before)
         self._polled_at = 0.0
         self.monitoring_fails = 0
         self.fence = FenceWatch(config.slurm_fence.after_s)
@@ -308,11 +309,13 @@ class Controller:
         with self._lock:
             states, self._fresh_states = self._fresh_states, {}  # each poll's states are acted on once
             polled_at = self._polled_at
+        before = self._jobs_seen
         if states or any(r.phase in out or (r.spare and r.in_main) for r in self.state.nodes.values()):
             for job in self.executor.scheduler.jobs():
                 if job.state in ("RUNNING", "CONFIGURING", "COMPLETING"):
                     for node in job.nodes:
                         jobs.setdefault(node, []).append(job.id)
+            self._jobs_seen = {n: tuple(ids) for n, ids in jobs.items()}
         names = set(jobs) | set(states)
         heard = [self.own_view(), *self.peer_views]  # an agent heard by either controller is not silent
         return {
@@ -320,6 +323,7 @@ class Controller:
                 state=states.get(n, ("", ""))[0],
                 reason=states.get(n, ("", ""))[1],
                 jobs=tuple(jobs.get(n, ())),
+                jobs_before=before.get(n, ()),
                 heard_at=last_heard(heard, n),
                 polled_at=polled_at,
             )

@@ -55,6 +55,9 @@ class NodeView:
 
     state: str = ""
     jobs: tuple[str, ...] = ()
+    # The jobs on it at the read before: Slurm requeues a lost node's jobs in the moment it reports it down, so the
+    # read that finds it down may already find them pending elsewhere, held for cred_expire (120 s) unless released.
+    jobs_before: tuple[str, ...] = ()
     reason: str = ""  # Slurm's reason for a drained or down node
     heard_at: float = 0.0  # when any controller last heard the node's agent
     polled_at: float = 0.0  # when the poll that read `state` began
@@ -313,9 +316,8 @@ def on_tick(
         if newly_lost and not rec.phase.out_of_service:
             who = "Kubernetes" if config.scheduler == "kubernetes" else "Slurm"
             why = f"lost: {who} reports it {slurm_state}" + (", its agent is silent" if silent else "")
-            taken = take_out_of_service(
-                state, rec, why, "reboot_node", [], config, now, token, lost=True, jobs=view.jobs
-            )
+            jobs = tuple(dict.fromkeys(view.jobs + view.jobs_before))
+            taken = take_out_of_service(state, rec, why, "reboot_node", [], config, now, token, lost=True, jobs=jobs)
             out.intents += taken.intents
             out.notes += taken.notes + ([taken.ignored] if taken.ignored else [])
         elif not lost and not rec.phase.out_of_service and agent_drained(view, rec):

@@ -12,17 +12,14 @@ The last line: `cert rotation: N reports, L lost, E errors, R rotations in M min
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import sys
-import threading
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from ha_ops.lab import tls
-from tests.integration.test_gameday import lines_since, log_sizes
+from tests.integration.test_gameday import lines_since, log_sizes, rotating_certificates
 from tests.labkit import call_controller, leader, make_lab, running_lab
 
 NAME = "benchrot"
@@ -37,32 +34,24 @@ def main() -> int:
     with running_lab(make_lab(NAME)) as lab:
         gpu_nodes = [n.name for n in lab.ctx.layout.nodes_with_role("gpu")]
         agent_logs = log_sizes(lab, "agent", gpu_nodes)
-        done, rotations = threading.Event(), []
-
-        def rotate() -> None:
-            while not done.wait(args.every):
-                tls.rotate(lab.ctx, dt.timedelta(minutes=10))
-                rotations.append(time.time())
-
-        rotator = threading.Thread(target=rotate, daemon=True)
-        rotator.start()
         sent, errors, seq, end = 0, [], 10**6, time.time() + args.minutes * 60
-        while time.time() < end:
-            node = gpu_nodes[sent % len(gpu_nodes)]
-            seq += 1
-            report = {"schema": "ha-ops/agent-report", "version": 1, "node": node, "seq": seq, "agent_id": "bench",
-                      "sent_at": time.time(), "state": "healthy", "action": "none", "reason": ""}  # fmt: skip
-            try:
-                ctl = leader(lab) or "ctl1"
-                status, answer = call_controller(lab, ctl, "/v1/reports", json.dumps(report).encode(), f"agent-{node}")
-                if status != 200:
-                    errors.append(f"{node}: HTTP {status}: {answer}")
-            except Exception as exc:
-                errors.append(f"{node}: {exc}")
-            sent += 1
-            time.sleep(1.0 / args.rate)
-        done.set()
-        rotator.join()
+        with rotating_certificates(lab, every_s=args.every) as rotations:
+            while time.time() < end:
+                node = gpu_nodes[sent % len(gpu_nodes)]
+                seq += 1
+                report = {"schema": "ha-ops/agent-report", "version": 1, "node": node, "seq": seq,
+                          "agent_id": "bench", "sent_at": time.time(), "state": "healthy", "action": "none",
+                          "reason": ""}  # fmt: skip
+                try:
+                    ctl = leader(lab) or "ctl1"
+                    body = json.dumps(report).encode()
+                    status, answer = call_controller(lab, ctl, "/v1/reports", body, f"agent-{node}")
+                    if status != 200:
+                        errors.append(f"{node}: HTTP {status}: {answer}")
+                except Exception as exc:
+                    errors.append(f"{node}: {exc}")
+                sent += 1
+                time.sleep(1.0 / args.rate)
         lost = [line for line in lines_since(agent_logs) if "report to the controller failed" in line]
     for line in (errors + lost)[:20]:
         print(line)

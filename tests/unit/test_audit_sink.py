@@ -21,7 +21,7 @@ from ha_ops.lab.pki import LabCA
 from ha_ops.remediation.audit import AuditLog
 from ha_ops.remediation.audit_sink import AuditShipper, AuditSinkConfig, compare, frame, shipped_entries
 from ha_ops.security.tls import ReloadingContext, TlsFiles
-from tests.unit.test_remediation_audit import run_cli
+from tests.unit.cli_helpers import run_main
 
 KEY = b"k" * 32
 FRAME = re.compile(rb"(\d+) ")
@@ -234,21 +234,21 @@ def test_verify_against_the_shipped_copy(
     key = tmp_path / "key"
     key.write_bytes(KEY)
     ok = ("--shipped", str(shipped), "--key-file", str(key))
-    assert run_cli(monkeypatch, str(local), *ok) == 0
+    assert run_main(monkeypatch, "audit", "verify", str(local), *ok) == 0
     assert "4 entries shipped, chain intact; " in capsys.readouterr().out
     # The local log cut and its chain recomputed without the key: both copies' views name it.
     edited = json.loads(lines[2]) | {"why": "nothing happened"}
     local.write_text("\n".join([lines[0], lines[1], json.dumps(edited, sort_keys=True)]) + "\n")
-    assert run_cli(monkeypatch, str(local), *ok, "--json") == 1
+    assert run_main(monkeypatch, "audit", "verify", str(local), *ok, "--json") == 1
     result = json.loads(capsys.readouterr().out)
     assert "seq 3: the local log holds it otherwise than the shipped copy (changed)" in result["problems"]
     assert "seq 4: shipped, but not in the local log (removed)" in result["problems"]
     # The local log deleted: the shipped copy stands alone, its chain (keyed) intact.
     local.unlink()
-    assert run_cli(monkeypatch, str(local), *ok, "--json") == 0
+    assert run_main(monkeypatch, "audit", "verify", str(local), *ok, "--json") == 0
     result = json.loads(capsys.readouterr().out)
     assert result["intact"] and result["shipped_entries"] == 4 and result["local_log_present"] is False
     # An entry rewritten in the shipped copy without the key is named there too.
     shipped.write_text("\n".join([*lines[:3], json.dumps(json.loads(lines[3]) | {"why": "x"}, sort_keys=True)]))
-    assert run_cli(monkeypatch, *ok) == 1
+    assert run_main(monkeypatch, "audit", "verify", *ok) == 1
     assert "shipped copy: line 4: content does not match its hash (changed)" in capsys.readouterr().err

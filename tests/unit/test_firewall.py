@@ -103,7 +103,7 @@ def test_the_matrix_allows_exactly_the_flows(full) -> None:  # type: ignore[no-u
 
 def test_the_inventory_hands_each_host_its_ruleset(full) -> None:  # type: ignore[no-untyped-def]
     spec, layout = full
-    hosts = render_inventory(spec)["all"]["hosts"]
+    hosts = render_inventory(spec.model_copy(update={"firewall": None}))["all"]["hosts"]
     assert all("host_firewall_ruleset" not in h for h in hosts.values())  # no firewall section: none
     with_firewall = with_extra("\nfirewall: {}\n")
     hosts = render_inventory(with_firewall)["all"]["hosts"]

@@ -546,6 +546,19 @@ def test_a_lost_nodes_jobs_are_released_only_after_its_fence_succeeded(rig: Rig,
     assert requeue["release"] == ([] if fence_fails else ["41"])
 
 
+def test_a_lost_nodes_job_that_slurm_requeued_before_the_read_is_released_from_the_read_before(rig: Rig) -> None:
+    """The poll that finds n1 down* reads its jobs too, but Slurm requeued job 41 in that same moment: it is pending,
+    on no node. The read before saw it on n1, and the requeue step releases it (else it waits 120 s)."""
+    rig.executor.scheduler.running = {"n1": ["41"]}
+    rig.c._fresh_states = {"n1": ("allocated", "")}
+    rig.step(seconds=1.0, ticks=int(rig.config.agent_silence_s) + 1)  # polls while it runs; the agent goes silent
+    rig.executor.scheduler.running = {}  # requeued by Slurm: pending, no longer on n1
+    rig.c._fresh_states = {"n1": ("down*", "")}
+    rig.step()
+    requeue = rig.executor.args[rig.executor.calls.index(("requeue_jobs", "n1"))]
+    assert requeue["release"] == ["41"]
+
+
 def test_metrics_name_each_slurm_controller_the_leader_last_pinged(tmp_path: Path) -> None:
     clock = Clock()
     a, b = Rig(tmp_path, "ctl1", clock), Rig(tmp_path, "ctl2", clock)

@@ -613,6 +613,16 @@ def test_a_lost_node_is_marked_down_fenced_and_its_jobs_released_then_only_valid
     assert kinds(ladder) == [("validate", "n1")]  # the fence was the reboot
 
 
+def test_a_lost_nodes_jobs_that_slurm_requeued_before_the_read_are_released_too() -> None:
+    """Slurm requeues a lost node's jobs in the moment it reports it down: the read that finds it down may find job
+    43 pending already, no longer on the node; the read before saw it there, and it is released all the same."""
+    sim = Sim()
+    sim.tick({"n1": NodeView(state="idle")})
+    out = sim.tick({"n1": NodeView(state="down*", jobs=("41",), jobs_before=("41", "43"))})
+    requeue = next(i for i in out.intents if i.kind == "requeue_jobs")
+    assert requeue.args["release"] == ["41", "43"]
+
+
 def test_a_down_node_is_acted_on_once_not_on_every_poll() -> None:
     sim = Sim(make_config(breaker_max_nodes=1, breaker_max_fraction=0.1))
     sim.tick({"n2": NodeView(state="idle")})
