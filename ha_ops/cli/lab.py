@@ -244,15 +244,18 @@ def rotate_certs(
 ) -> None:
     """Issue every ha-ops certificate of the lab again, with new keys (the lab's rotation; on a cluster the ha_ops_pki
     role or cert-manager rotates them). The controllers, agents, Prometheus and Alertmanager pick them up by
-    themselves, from their next connection on."""
+    themselves, from their next connection on; rsyslog (the audit sink) reads its own at start only, so it is
+    restarted (the controllers reconnect and send the last entries again)."""
     import datetime as dt
 
-    from ha_ops.lab import tls
+    from ha_ops.lab import audit_sink, tls
 
     lab = Lab.from_state(name)
     if not tls.enabled(lab.ctx):
         raise SpecError(f"lab {name}", ["remediation.tls is off: the lab issued no certificates to rotate"])
     rotated = tls.rotate(lab.ctx, dt.timedelta(seconds=lifetime_s))
+    if audit_sink.enabled(lab.ctx):
+        lab.node(audit_sink.node(lab.ctx)).restart("audit-sink")
     if json_out:
         output.emit_json({"rotated": rotated, "lifetime_s": lifetime_s})
     else:

@@ -99,16 +99,7 @@ class AuditLog:
         return self.documents.read(self.name) or ""
 
     def _entries(self) -> list[dict[str, Any]]:
-        """Readable entries; a line torn by a crash is skipped here (and reported by `verify`)."""
-        entries = []
-        for line in self.text().splitlines():
-            try:
-                entry = json.loads(line)
-            except (ValueError, RecursionError):
-                continue
-            if isinstance(entry, dict) and isinstance(entry.get("seq"), int) and "hash" in entry:
-                entries.append(entry)
-        return entries
+        return readable_entries(self.text())
 
     def intents(self) -> set[str]:
         """Intent ids already audited: an action re-run after a failover is not written twice."""
@@ -178,6 +169,20 @@ class AuditLog:
         if self.sink is not None:
             self.sink.ship(written)
         return self._head
+
+
+def readable_entries(text: str) -> list[dict[str, Any]]:
+    """A log's readable entries, in order; a line torn by a crash or not an entry is skipped here (and named by
+    `verify`)."""
+    entries = []
+    for line in text.splitlines():
+        try:
+            entry = json.loads(line)
+        except (ValueError, RecursionError):
+            continue
+        if isinstance(entry, dict) and isinstance(entry.get("seq"), int) and "hash" in entry:
+            entries.append(entry)
+    return entries
 
 
 def verify(path: Path, expected_head: AuditHead | None = None, key: bytes | None = None) -> list[str]:

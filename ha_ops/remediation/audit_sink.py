@@ -25,6 +25,7 @@ from typing import Any
 
 from pydantic import Field
 
+from ha_ops.remediation.audit import readable_entries
 from ha_ops.security.tls import ReloadingContext, TlsFiles
 from ha_ops.util.atomic import write_atomic
 from ha_ops.util.models import ConfigModel
@@ -216,13 +217,8 @@ def compare(local_text: str | None, shipped: list[dict[str, Any]]) -> list[str]:
     if local_text is None:
         return []
     local: dict[int, dict[str, Any]] = {}
-    for line in local_text.splitlines():
-        try:
-            entry = json.loads(line)
-        except (ValueError, RecursionError):
-            continue
-        if isinstance(entry, dict) and isinstance(entry.get("seq"), int):
-            local.setdefault(entry["seq"], entry)
+    for entry in readable_entries(local_text):
+        local.setdefault(entry["seq"], entry)
     problems = []
     for entry in shipped:
         mine = local.get(entry["seq"])

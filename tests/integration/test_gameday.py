@@ -109,7 +109,7 @@ def test_gameday_goes_red_naming_the_fault_when_recovery_is_broken(lab: Lab, tmp
     assert 'failures="1"' in (tmp_path / "reports" / "gameday.junit.xml").read_text()
 
 
-def test_the_partitions_game_day_passes(lab: Lab, tmp_path: Path) -> None:
+def test_the_partitions_game_day_passes(lab: Lab, tmp_path: Path, molecule_done: None) -> None:
     result = gameday(lab, REPO / "chaos" / "gamedays" / "partitions.yaml", tmp_path)
     report = json.loads((tmp_path / "gameday.json").read_text()) if (tmp_path / "gameday.json").exists() else {}
     for fault in report.get("faults", []):

@@ -109,3 +109,10 @@ def test_the_inventory_hands_each_host_its_ruleset(full) -> None:  # type: ignor
     hosts = render_inventory(with_firewall)["all"]["hosts"]
     assert hosts["gpu1"]["host_firewall_ruleset"] == render_nft("gpu1", host_rules(with_firewall, layout, "gpu1"))
     assert set(hosts) == {n.name for n in layout.nodes}
+
+
+def test_a_spec_with_kubernetes_and_a_firewall_is_refused() -> None:
+    """Its flows are the hosts' roles'; a Kubernetes cluster's (kubelets, pod networks, Services) are not there yet:
+    pods' traffic to the node would be dropped (the lab's agent pod on a kubelet node reached no API)."""
+    with pytest.raises(SpecError, match="firewall: the host firewall does not know Kubernetes' flows yet"):
+        with_extra("\nkubernetes: {}\n")
