@@ -140,7 +140,10 @@ class AuditShipper:
                     self._queue.popleft()
                 self.shipped_seq, self._shipped_hash = last, digest
                 self._recent.extend(batch)
-            write_atomic(self.config.marker_file, f"{last} {digest}\n")
+            try:
+                write_atomic(self.config.marker_file, f"{last} {digest}\n")
+            except OSError as exc:  # only a later term ships more again; this thread goes on
+                log.warning("audit: cannot write the shipped marker %s: %s", self.config.marker_file, exc)
         self._close()
 
     def _send(self, batch: list[tuple[int, str, str]]) -> None:

@@ -327,15 +327,17 @@ def test_the_shipped_audit_copy_outlives_the_local_log_and_names_an_edit(lab: La
     lab.node("gpu2").gpus().fall_off_bus(4)
     wait_for("gpu2 returned", lambda: phase(lab, "gpu2") == "returned", timeout=40, interval=0.3)
     local, shipped = state_dir(lab.ctx) / "audit.jsonl", audit_sink.shipped_log(lab.ctx)
-    wait_for("every entry at the sink",
-             lambda: set(local.read_text().splitlines()) <= set(shipped.read_text().splitlines()), timeout=15,
+    # The episode as written so far (the controller may still append, say a spare's return, while the test reads)
+    written, entries = local.read_text().splitlines(), audit_entries(lab)
+    wait_for("every entry at the sink", lambda: set(written) <= set(shipped.read_text().splitlines()), timeout=30,
              interval=0.2)  # fmt: skip
-    entries = audit_entries(lab)
     assert {"drain", "resume"} <= set(kinds(entries)) and len(entries) >= 3
     ctl = leader(lab)
     assert ctl is not None
     _, metrics = call_controller(lab, ctl, "/metrics")
-    assert f'ha_ops_audit_shipped_seq{{id="{ctl}"}} {float(entries[-1]["seq"])}' in metrics["raw"]
+    metric = f'ha_ops_audit_shipped_seq{{id="{ctl}"}} '
+    shipped_seq = next(float(x.split()[-1]) for x in metrics["raw"].splitlines() if x.startswith(metric))
+    assert shipped_seq >= entries[-1]["seq"], (shipped_seq, entries[-1])
 
     def verify(log: Path) -> tuple[int, dict]:
         argv = [sys.executable, "-m", "ha_ops", "audit", "verify", str(log), "--shipped", str(shipped),
@@ -344,7 +346,7 @@ def test_the_shipped_audit_copy_outlives_the_local_log_and_names_an_edit(lab: La
         return out.returncode, json.loads(out.stdout)
 
     code, result = verify(local)
-    assert code == 0 and result["intact"] and result["shipped_entries"] == len(entries), result
+    assert code == 0 and result["intact"] and result["shipped_entries"] >= len(entries), result
     # Someone who can write the log but not read the key rewrites the drain's reason, and the chain after it.
     edited, prev = [], "0" * 64
     for entry in entries:
@@ -367,7 +369,7 @@ def test_the_shipped_audit_copy_outlives_the_local_log_and_names_an_edit(lab: La
         code, result = verify(local)
     finally:
         os.replace(aside, local)
-    assert code == 0 and result["local_log_present"] is False and result["shipped_entries"] == len(entries), result
+    assert code == 0 and result["local_log_present"] is False and result["shipped_entries"] >= len(entries), result
 
 
 def test_kill_9_at_random_points_loses_no_state(lab: Lab, slurm: Slurm) -> None:
