@@ -131,11 +131,10 @@ def call_controller(
 
     from ha_ops.lab import tls
     from ha_ops.lab.http import http_get, http_post
-    from ha_ops.security.tls import ReloadingContext
 
     url = controller_url(lab, node) + path
     netns = lab.ctx.netns(node)
-    context = ReloadingContext(tls.files(lab.ctx, identity), server=False).get() if tls.enabled(lab.ctx) else None
+    context = tls.client_context(lab.ctx, identity) if tls.enabled(lab.ctx) else None
     if body is not None:
         status, raw = http_post(netns, url, body, context=context)
     else:

@@ -71,9 +71,20 @@ def files(ctx: LabContext, name: str) -> TlsFiles:
                     key_file=folder(ctx) / f"{name}.key")  # fmt: skip
 
 
+_CLIENTS: dict[Path, ReloadingContext] = {}  # one per certificate: each reloads itself when its files rotate
+
+
+def client_context(ctx: LabContext, name: str = "operator") -> ssl.SSLContext:
+    """A client context with the certificate of `name` (`operator`, `agent-gpu1`, ...), loaded once and reloaded
+    when its files rotate (not read from disk again for every request)."""
+    identity = files(ctx, name)
+    if identity.cert_file not in _CLIENTS:
+        _CLIENTS[identity.cert_file] = ReloadingContext(identity, server=False)
+    return _CLIENTS[identity.cert_file].get()
+
+
 def operator_context(ctx: LabContext) -> ssl.SSLContext:
-    """A client context with the operator's certificate, as it is on disk now."""
-    return ReloadingContext(files(ctx, "operator"), server=False).get()
+    return client_context(ctx, "operator")
 
 
 def config_block(ctx: LabContext, name: str) -> dict[str, str]:

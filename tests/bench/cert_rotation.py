@@ -1,7 +1,7 @@
 """Benchmark: certificate rotation under load, in the lab (root; issue 20, line 2). The lab's ha-ops certificates
 (controllers, agents, operator, Alertmanager, Prometheus) are issued again with new keys every `--every` seconds
 while, for `--minutes`, a load generator posts each GPU node's healthy report to the leading controller with that
-node's agent certificate (as its agent would, over mutual TLS, loaded afresh from disk for every report), beside the
+node's agent certificate (as its agent would, over mutual TLS, reloaded as the files rotate), beside the
 lab's own agents. Every report must be accepted: a refused handshake, a 4xx/5xx other than a standby's 503, or a
 timeout counts as an error. The agents' own logs are read for failed reports too.
 
