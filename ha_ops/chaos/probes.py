@@ -189,14 +189,12 @@ def capacity_in_service(configuration: Configuration = None) -> bool:
 
 
 def job_state(job_id: str, configuration: Configuration = None) -> str:
-    """A job's state (PENDING, RUNNING, COMPLETED, ...), from squeue or, once finished, scontrol."""
-    cluster = _cluster(configuration)
-    node = cluster.node(client(cluster))
-    out = node.run(["squeue", "-h", "-j", job_id, "-o", "%T"], check=False, timeout=15).stdout.strip()
-    if out:
-        return out
-    shown = node.run(["scontrol", "show", "job", "-o", job_id], check=False, timeout=15).stdout
-    return next((t.split("=", 1)[1] for t in shown.split() if t.startswith("JobState=")), "UNKNOWN")
+    """A job's state (PENDING, RUNNING, COMPLETED, ...; GONE once Slurm forgot it), read by the Slurm adapter from
+    Slurm's structured output: a job's name cannot pose as its state."""
+    try:
+        return _cluster(configuration).slurm().job_state(job_id)
+    except HaOpsError:
+        return "UNKNOWN"
 
 
 def job_ran_exactly_once(marker_dir: str, configuration: Configuration = None) -> bool:

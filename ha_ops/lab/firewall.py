@@ -9,7 +9,7 @@ from pathlib import Path
 from ha_ops.lab import mgmt
 from ha_ops.lab.context import LabContext
 from ha_ops.lab.netns import NETNS_DIR
-from ha_ops.security.firewall import Rule, host_rules, render_nft
+from ha_ops.security.firewall import Rule, dropped_packets, host_rules, render_nft
 from ha_ops.util.proc import run
 
 
@@ -38,7 +38,5 @@ def apply(ctx: LabContext) -> None:
 
 def dropped(ctx: LabContext, host: str) -> int:
     """Packets the host's firewall dropped so far (its final counter)."""
-    out = run(["nsenter", f"--net={NETNS_DIR / ctx.netns(host)}", "nft", "list", "chain", "inet", "ha_ops", "input"],
-              timeout=10).stdout  # fmt: skip
-    line = next(x for x in out.splitlines() if "dropped: not a flow" in x)
-    return int(line.split("packets", 1)[1].split()[0])
+    argv = ["nsenter", f"--net={NETNS_DIR / ctx.netns(host)}", "nft", "-j", "list", "chain", "inet", "ha_ops", "input"]
+    return dropped_packets(run(argv, timeout=10).stdout)

@@ -78,15 +78,36 @@ class Slurm:
     def resume(self, name: str) -> None:
         self._run(["scontrol", "update", f"NodeName={name}", "State=RESUME"])
 
+    def _job_records(self) -> list[dict[str, Any]]:
+        """Every job as `squeue --json` describes it: structured, so a job's name is a name and nothing else. (Read
+        from `squeue -o "%i|%T|%N|%j"`, a newline in a job name split one job into two lines; from `scontrol show
+        job -o`, the name `x Requeue=1 ` made any job read as requeueable.) Slurm 22.05's `squeue --json` ignores
+        filters such as -j and lists every job, so callers filter here."""
+        out = self._run(["squeue", "--json"]).stdout
+        try:
+            answer = json.loads(out)
+        except ValueError as exc:
+            raise TransportError(f"squeue --json did not answer JSON: {exc}: {out[:200]!r}") from None
+        jobs = answer.get("jobs") if isinstance(answer, dict) else None
+        if not isinstance(jobs, list):
+            raise TransportError(f"squeue --json answered no job list: {out[:200]!r}")
+        if answer.get("errors"):
+            raise TransportError(f"squeue --json reported errors: {str(answer['errors'])[:200]}")
+        return [j for j in jobs if isinstance(j, dict) and j.get("job_id") is not None]
+
+    def _job_record(self, job_id: str) -> dict[str, Any] | None:
+        return next((j for j in self._job_records() if str(j["job_id"]) == job_id), None)
+
     def jobs(self) -> list[SlurmJob]:
-        out = self._run(["squeue", "-h", "-o", "%i|%T|%N|%j"]).stdout
-        jobs = []
-        for line in out.splitlines():
-            if not line.strip():
-                continue
-            job_id, state, nodes, name = line.split("|", 3)
-            jobs.append(SlurmJob(job_id, state, tuple(expand_hostlist(nodes)) if nodes else (), name))
-        return jobs
+        """The jobs not yet finished (what plain `squeue` lists; --json also returns those slurmctld still holds
+        after they ended, for MinJobAge)."""
+        found = []
+        for record in self._job_records():
+            state = job_state_word(record.get("job_state"))
+            if state not in FINISHED_JOB_STATES:
+                nodes = tuple(expand_hostlist(str(record.get("nodes") or "")))
+                found.append(SlurmJob(str(record["job_id"]), state, nodes, str(record.get("name") or "")))
+        return found
 
     def node_states(self) -> dict[str, str]:
         """Every node's state in one call, lower case as sinfo prints it (idle, down*, drained, ...)."""
@@ -115,8 +136,8 @@ class Slurm:
         return [j for j in self.jobs() if node in j.nodes]
 
     def job_requeueable(self, job_id: str) -> bool:
-        out = self._run(["scontrol", "show", "job", "-o", job_id]).stdout
-        return " Requeue=1 " in f" {out} "
+        record = self._job_record(job_id)
+        return record is not None and record.get("requeue") is True
 
     def requeue(self, job_id: str) -> None:
         """Requeue a job and make it eligible at once.
@@ -134,19 +155,35 @@ class Slurm:
         self._run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"])
 
     def job_state(self, job_id: str) -> str:
+        """One job's state word (PENDING, RUNNING, COMPLETED, ...), GONE once slurmctld forgot it. Plain `squeue -j
+        ID -o %T` first: the answer is one word from Slurm's own enumeration (no user text to be spoofed by),
+        release_requeued polls it every 0.1 s, and 22.05's --json would read every job on each poll. A finished job
+        is not in squeue's list: its structured record says how it ended."""
         out = self._run(["squeue", "-h", "-j", job_id, "-o", "%T"]).stdout.strip()
-        return out or "GONE"
+        if out:
+            return out
+        record = self._job_record(job_id)
+        return job_state_word(record.get("job_state")) if record is not None else "GONE"
 
     def partition_nodes(self, partition: str) -> list[str]:
-        out = self._run(["scontrol", "show", "partition", "-o", partition]).stdout
-        for token in out.split():
-            if token.startswith("Nodes="):
-                value = token.removeprefix("Nodes=")
-                return [] if value in ("", "(null)") else expand_hostlist(value)
-        return []
+        """The partition's nodes, from the structured node records (each lists its partitions)."""
+        return [name for name, record in self._node_records().items() if partition in (record.get("partitions") or [])]
 
     def set_partition_nodes(self, partition: str, nodes: list[str]) -> None:
         self._run(["scontrol", "update", f"PartitionName={partition}", f"Nodes={','.join(nodes)}"])
+
+
+# A job in one of these has ended: plain squeue no longer lists it.
+FINISHED_JOB_STATES = frozenset(
+    {"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY"}
+)
+
+
+def job_state_word(state: Any) -> str:
+    """A job record's state: Slurm 22.05's `job_state` word, or the list of later releases (base state first)."""
+    if isinstance(state, list):
+        return str(state[0]).upper() if state else "UNKNOWN"
+    return str(state or "UNKNOWN").upper()
 
 
 BASE_STATES = ("UNKNOWN", "DOWN", "IDLE", "ALLOCATED", "ERROR", "MIXED", "FUTURE")

@@ -8,6 +8,7 @@ sends is not limited (its peers' firewalls decide)."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from ipaddress import IPv4Network
 
@@ -138,8 +139,25 @@ def render_nft(host: str, rules: list[Rule], table: str = "ha_ops") -> str:
     for rule in rules:
         addresses, ports = ", ".join(rule.sources), rule.ports_text()
         lines.append(f'    ip saddr {{ {addresses} }} {rule.proto} dport {ports} accept comment "{rule.name}"')
-    lines += ['    counter comment "dropped: not a flow this cluster needs"', "  }", "}", ""]
+    lines += [f'    counter comment "{DROP_COMMENT}"', "  }", "}", ""]
     return "\n".join(lines)
+
+
+# The final rule's comment: it counts what the policy then drops.
+DROP_COMMENT = "dropped: not a flow this cluster needs"
+
+
+def dropped_packets(listing: str) -> int:
+    """Packets the final counter counted, from `nft -j list chain inet ha_ops input`: read from nft's JSON, so
+    that no other rule's comment or a change in nft's text layout can pose as the counter."""
+    try:
+        items = json.loads(listing)["nftables"]
+        rule = next(
+            i["rule"] for i in items if isinstance(i, dict) and i.get("rule", {}).get("comment") == DROP_COMMENT
+        )
+        return int(next(e["counter"]["packets"] for e in rule["expr"] if "counter" in e))
+    except (ValueError, KeyError, TypeError, StopIteration) as exc:
+        raise ValueError(f"no ha-ops drop counter in the nft listing: {exc!r}") from None
 
 
 def matrix(spec: ClusterSpec, layout: Layout) -> list[tuple[str, str, int, bool]]:

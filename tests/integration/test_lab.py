@@ -221,6 +221,42 @@ def test_up_is_quick_and_touches_nothing_when_nothing_changed(lab: Lab) -> None:
     assert {k: n.holder_pid for k, n in lab.state().nodes.items()} == holders
 
 
+def test_slurm_jobs_read_from_json_keep_a_hostile_name_a_name(lab: Lab) -> None:
+    """Issue 20: the adapter reads jobs from `squeue --json`. A job named to look like other fields and like another
+    squeue line (`Requeue=1`, a newline, `77|RUNNING|gpu9|...`) is one job with that name, not requeueable because
+    it was submitted --no-requeue; a --requeue job is; a cancelled job is no longer listed and reads CANCELLED; the
+    partition's nodes are those `scontrol show partition` names."""
+    from ha_ops.schedulers.slurm import Slurm, expand_hostlist
+
+    slurm = Slurm(lab.transport("gpu1"))
+    hostile = "x Requeue=1 State=RUNNING\n77|RUNNING|gpu9|forged"
+    node = lab.node("gpu1")
+
+    def submit(*argv: str) -> str:
+        return node.run(["sbatch", "--parsable", "-o", "/dev/null", "-w", "gpu2", *argv, "--wrap", "sleep 120"],
+                        timeout=30).stdout.strip()  # fmt: skip
+
+    plain = submit("--no-requeue", "-J", hostile)
+    requeueable = submit("--requeue", "-J", "ordinary")
+    try:
+        wait_for("both jobs listed", lambda: {plain, requeueable} <= {j.id for j in slurm.jobs()}, timeout=30,
+                 interval=0.5)  # fmt: skip
+        mine = {j.id: j for j in slurm.jobs() if j.id in (plain, requeueable)}
+        assert mine[plain].name == hostile and mine[requeueable].name == "ordinary"
+        assert all(j.nodes in ((), ("gpu2",)) for j in mine.values()), mine
+        assert "77" not in {j.id for j in slurm.jobs()} and not slurm.jobs_on("gpu9")
+        assert slurm.job_requeueable(plain) is False
+        assert slurm.job_requeueable(requeueable) is True
+        shown = node.run(["scontrol", "show", "partition", "-o", "gpu"], timeout=15).stdout
+        listed = next(t.removeprefix("Nodes=") for t in shown.split() if t.startswith("Nodes="))
+        assert sorted(slurm.partition_nodes("gpu")) == sorted(expand_hostlist(listed))
+    finally:
+        node.run(["scancel", plain, requeueable], check=False, timeout=15)
+    wait_for("the jobs ended", lambda: not {plain, requeueable} & {j.id for j in slurm.jobs()}, timeout=30,
+             interval=0.5)  # fmt: skip
+    assert slurm.job_state(plain) == "CANCELLED"
+
+
 def test_slurm_states_read_from_json_match_sinfo_and_scontrol_and_no_reason_changes_them(lab: Lab) -> None:
     """The Slurm adapter reads nodes from `sinfo --json`: its states are the words sinfo's %T and scontrol's State=
     print, in each state the controller acts on (drained, down, not responding), and a reason written to look like

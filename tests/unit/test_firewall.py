@@ -3,13 +3,14 @@ from whom, the nftables text, the matrix, and the inventory that hands each host
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 import yaml
 
 from ha_ops.errors import SpecError
-from ha_ops.security.firewall import SLURMD, SSH, Rule, flows, host_rules, matrix, render_nft
+from ha_ops.security.firewall import SLURMD, SSH, Rule, dropped_packets, flows, host_rules, matrix, render_nft
 from ha_ops.spec import compute_layout, load_spec, parse_spec
 from ha_ops.spec.inventory import render_inventory
 
@@ -116,3 +117,25 @@ def test_a_spec_with_kubernetes_and_a_firewall_is_refused() -> None:
     pods' traffic to the node would be dropped (the lab's agent pod on a kubelet node reached no API)."""
     with pytest.raises(SpecError, match="firewall: the host firewall does not know Kubernetes' flows yet"):
         with_extra("\nkubernetes: {}\n")
+
+
+# `nft -j list chain inet ha_ops input` as nftables 1.0.6 (Debian 12) printed it for a table shaped as render_nft
+# renders one (counts set here; the ssh rule given a counter of its own, which must not be read as the drop count).
+NFT_LISTING = json.loads(
+    '{"nftables": [{"metainfo": {"version": "1.0.6", "release_name": "Lester Gooch #5", "json_schema_vers'
+    'ion": 1}}, {"chain": {"family": "inet", "table": "ha_ops", "name": "input", "handle": 1, "type": "fi'
+    'lter", "hook": "input", "prio": 0, "policy": "drop"}}, {"rule": {"family": "inet", "table": "ha_ops"'
+    ', "chain": "input", "handle": 3, "comment": "ssh from admin", "expr": [{"match": {"op": "==", "left"'
+    ': {"payload": {"protocol": "tcp", "field": "dport"}}, "right": 22}}, {"counter": {"packets": 99, "by'
+    'tes": 1}}, {"accept": null}]}}, {"rule": {"family": "inet", "table": "ha_ops", "chain": "input", "ha'
+    'ndle": 4, "comment": "dropped: not a flow this cluster needs", "expr": [{"counter": {"packets": 7, "'
+    'bytes": 420}}]}}]}'
+)
+
+
+def test_the_drop_count_is_the_final_counters_from_nfts_json() -> None:
+    assert dropped_packets(json.dumps(NFT_LISTING)) == 7  # not the ssh rule's counter
+    without = {"nftables": NFT_LISTING["nftables"][:3]}
+    for listing in (json.dumps(without), "table inet ha_ops {", "{}"):
+        with pytest.raises(ValueError, match="no ha-ops drop counter"):
+            dropped_packets(listing)
