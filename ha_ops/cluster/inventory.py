@@ -13,6 +13,9 @@ Per host: `ansible_host` (its address), `ansible_user`, `ansible_port`, `ansible
 - `ha_ops_tls`: the operator's certificate for the controllers' API where the spec serves it over mutual TLS
   (`remediation.tls`): `ca_file`, `cert_file`, `key_file` (relative to the file), an operator identity of the
   cluster CA (docs/security.md);
+- `ha_ops_monitoring`: how the operator calls Prometheus and Alertmanager where they ask for a certificate and a
+  password: `tls` (`ca_file`, `cert_file`, `key_file`), `username`, `password_file` (relative to the file); plain
+  HTTP without it;
 - `ha_ops_kubeconfig`: the Kubernetes API, for a spec whose controllers act on Kubernetes (relative to the file;
   default kubectl's own: $KUBECONFIG or ~/.kube/config).
 """

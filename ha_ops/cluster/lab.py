@@ -16,7 +16,7 @@ from ha_ops.cluster.gpu import CapabilityMissing
 from ha_ops.cluster.ops import FilterOp, GpuOp, LinkOp, Op, PowerOp, QdiscOp, ServiceOp, capability, describe
 from ha_ops.cluster.rollouts import DriverRollouts, RolloutSite
 from ha_ops.errors import SpecError
-from ha_ops.lab import kubernetes, netns
+from ha_ops.lab import kubernetes, monitoring, netns
 from ha_ops.lab import tls as lab_tls
 from ha_ops.lab.cluster import Lab
 from ha_ops.lab.http import http_get, http_post
@@ -138,6 +138,8 @@ class LabCluster:
         self, service: Service, path: str, *, host: str | None = None, method: str = "GET", body: bytes | None = None,
         timeout: float = 5.0,
     ) -> tuple[int, bytes]:  # fmt: skip
+        if service in ("prometheus", "alertmanager"):  # over TLS with a password where the lab serves them so
+            return monitoring.request(self.lab.ctx, service, path, method, body, timeout)
         target, port = service_endpoint(self.spec, self.layout, service, host)
         # The controllers' API over mutual TLS where the spec asks for it, with the lab operator's certificate.
         secure = service == "controller" and lab_tls.enabled(self.lab.ctx)

@@ -25,6 +25,7 @@ from ha_ops.cluster.ops import FilterOp, GpuOp, LinkOp, Op, PowerOp, QdiscOp, Se
 from ha_ops.cluster.power import PowerBackend, backend, password
 from ha_ops.cluster.rollouts import DriverRollouts, RolloutSite
 from ha_ops.errors import CommandFailed, HaOpsError, SpecError, TransportError
+from ha_ops.monitoring.web import MonitoringClient, MonitoringSession
 from ha_ops.schedulers.base import Scheduler
 from ha_ops.schedulers.slurm import Slurm
 from ha_ops.security.tls import ReloadingContext, TlsFiles
@@ -183,6 +184,7 @@ class SshCluster:
         self._lock = threading.Lock()  # a game day's watcher and its experiment ask for nodes at once
         self._scheduler = ClusterScheduler(spec, self.slurm, self._kubeconfig)
         self._tls: ReloadingContext | None = None
+        self._monitoring: MonitoringSession | None = None
 
     def hosts(self) -> list[str]:
         return list(self.inventory.hosts)
@@ -266,10 +268,42 @@ class SshCluster:
             str(self.layout.node(target).address) if target in {n.name for n in self.layout.nodes} else "127.0.0.1"
         )
         transport = self.node(target).transport
-        headers = {"Content-Type": "application/json"} if body is not None else {}
         connect = lambda h, p, t: transport.open_channel(h, p, timeout=t)  # noqa: E731
+        if service in ("prometheus", "alertmanager"):  # with the inventory's certificate and password, if any
+            monitoring = self._monitoring_session()
+            url = f"{'https' if monitoring.client.tls else 'http'}://{address}:{port}{path}"
+            return monitoring.request(connect, method, url, body, timeout)
+        headers = {"Content-Type": "application/json"} if body is not None else {}
         url = f"{'https' if secure else 'http'}://{address}:{port}{path}"
         return request(connect, method, url, body, headers, timeout, context)
+
+    def _relative_to_inventory(self, path: Path) -> Path:
+        return (self.inventory.source.parent / path.expanduser()).resolve()
+
+    def _monitoring_session(self) -> MonitoringSession:
+        """Prometheus and Alertmanager as the inventory's `ha_ops_monitoring` says (ha_ops.monitoring.web's
+        MonitoringClient: `tls` files and `username` with `password_file`, relative to the inventory); plain HTTP
+        without it."""
+        with self._lock:
+            if self._monitoring is None:
+                value = self.cluster_value("ha_ops_monitoring") or {}
+                where = str(self.inventory.source)
+                if not isinstance(value, dict):
+                    raise SpecError(where, ["ha_ops_monitoring: a mapping (tls, username, password_file)"])
+                try:
+                    client = MonitoringClient.model_validate(value)
+                except ValidationError as exc:
+                    raise SpecError(where, [f"ha_ops_monitoring.{p}" for p in validation_problems(exc)]) from None
+                update: dict[str, Any] = {}
+                if client.tls is not None:
+                    update["tls"] = client.tls.model_copy(update={
+                        k: self._relative_to_inventory(getattr(client.tls, k))
+                        for k in ("ca_file", "cert_file", "key_file")
+                    })  # fmt: skip
+                if client.password_file is not None:
+                    update["password_file"] = self._relative_to_inventory(client.password_file)
+                self._monitoring = MonitoringSession(client.model_copy(update=update))
+            return self._monitoring
 
     def _operator_tls(self) -> ReloadingContext:
         """The operator's certificate for the controllers' API: the inventory's `ha_ops_tls` (ca_file, cert_file,
@@ -281,14 +315,12 @@ class SshCluster:
                 if not isinstance(value, dict):
                     why = "the spec serves the controllers' API over mutual TLS (remediation.tls)"
                     raise SpecError(where, [f"ha_ops_tls: {why}; give the operator's ca_file, cert_file and key_file"])
-                base = self.inventory.source.parent
                 try:
                     files = TlsFiles.model_validate(value)
                 except ValidationError as exc:
                     raise SpecError(where, [f"ha_ops_tls.{p}" for p in validation_problems(exc)]) from None
                 files = files.model_copy(update={
-                    k: (base / Path(getattr(files, k)).expanduser()).resolve()
-                    for k in ("ca_file", "cert_file", "key_file")
+                    k: self._relative_to_inventory(getattr(files, k)) for k in ("ca_file", "cert_file", "key_file")
                 })  # fmt: skip
                 self._tls = ReloadingContext(files, server=False)
             return self._tls

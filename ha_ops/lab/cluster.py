@@ -427,14 +427,20 @@ class Lab:
             return f"{what}: {exc}"
         return None if status == 200 else f"{what}: {url} returned {status}"
 
+    def _monitoring_problem(self, server: monitoring.Server) -> str | None:
+        """None if Prometheus or Alertmanager is ready (asked as the operator, over TLS with the password where the
+        lab serves them so), else what went wrong."""
+        try:
+            status, _ = monitoring.request(self.ctx, server, "/-/ready", timeout=2)
+        except Exception as exc:
+            return f"{server}: {exc}"
+        return None if status == 200 else f"{server}: /-/ready returned {status}"
+
     def endpoint_problems(self, include_controllers: bool = True) -> list[str]:
         """What does not answer yet: Prometheus, Alertmanager, every sshd, agent and (optionally) controller."""
         ctx = self.ctx
         mon = ctx.spec.monitoring.host.name
-        checks = [
-            (mon, monitoring.prometheus_url(ctx) + "/-/ready", "prometheus"),
-            (mon, monitoring.alertmanager_url(ctx) + "/-/ready", "alertmanager"),
-        ]
+        checks: list[tuple[str, str, str]] = []
         if include_controllers:
             checks += [
                 (n.name, f"{url}/healthz", f"{n.name} controller")
@@ -444,7 +450,8 @@ class Lab:
         checks += [
             (n.name, f"http://{n.address}:{port}/metrics", f"{n.name} agent") for n in ctx.layout.nodes_with_role("gpu")
         ]
-        problems = [p for node, url, what in checks if (p := self._http_problem(node, url, what))]
+        problems = [p for server in monitoring.SERVERS if (p := self._monitoring_problem(server))]
+        problems += [p for node, url, what in checks if (p := self._http_problem(node, url, what))]
         listeners = [(node.name, (str(node.address), 22), f"{node.name} sshd") for node in ctx.layout.nodes]
         if audit_sink.enabled(ctx):
             listeners.append((mon, (audit_sink.address(ctx), audit_sink.PORT), "the audit sink (rsyslog)"))

@@ -89,6 +89,7 @@ def render_config(ctx: LabContext, node: str) -> dict:
             # A primary ssh cannot reach (cut off from the network) goes off through its BMC (ha_ops.lab.bmc).
             "power_off_command": f"{python} -m ha_ops power off {{node}} --inventory {ssh_inventory_path(ctx)}",
         }}  # fmt: skip
+    watch = monitoring.client(ctx, f"controller-{node}")  # its certificate and the password, over TLS
     return {
         "id": node,
         "listen_address": str(ctx.layout.node(node).address),
@@ -121,6 +122,7 @@ def render_config(ctx: LabContext, node: str) -> dict:
         "monitoring": {
             "prometheus_url": monitoring.prometheus_url(ctx),
             "alertmanager_url": monitoring.alertmanager_url(ctx),
+            **({"client": watch.model_dump(mode="json", exclude_none=True)} if watch else {}),
             "poll_s": 1.0,
             "fail_after": 2,
         },

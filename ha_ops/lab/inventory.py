@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from ha_ops.lab import bmc, controllers, mgmt, rollouts, storage, tls
+from ha_ops.lab import bmc, controllers, mgmt, monitoring, rollouts, storage, tls
 from ha_ops.lab.agents import gpu_dir
 from ha_ops.lab.context import LabContext
 from ha_ops.lab.drivers import ha_ops_command
@@ -43,8 +43,11 @@ def ssh_inventory(ctx: LabContext) -> dict[str, Any]:
         # The nodes share this machine's files: the ha-ops a node runs is this one.
         "ha_ops_command": ha_ops_command(),
     }
-    if tls.enabled(ctx):  # the operator's certificate for the controllers' mutual TLS
+    if tls.enabled(ctx):  # the operator's certificate for the controllers' mutual TLS, and the monitoring's
         inventory["all"]["vars"]["ha_ops_tls"] = tls.config_block(ctx, "operator")
+        operator = monitoring.client(ctx, "operator")
+        assert operator is not None
+        inventory["all"]["vars"]["ha_ops_monitoring"] = operator.model_dump(mode="json", exclude_none=True)
     if storage.enabled(ctx):
         inventory["all"]["vars"]["ha_ops_storage_watch_state_dir"] = str(storage.watcher_state_dir(ctx))
     hosts = inventory["all"]["hosts"]

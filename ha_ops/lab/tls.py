@@ -41,9 +41,9 @@ def identities(ctx: LabContext) -> dict[str, tuple[str, tuple[str, ...], tuple[s
     for n in ctx.layout.nodes_with_role("gpu"):
         found[f"agent-{n.name}"] = (n.name, (tls.AGENTS,), ())
     found["operator"] = (OPERATOR, (tls.OPERATORS,), ())
-    found["alertmanager"] = ("alertmanager", (tls.ALERTMANAGER,), ())
-    found["prometheus"] = ("prometheus", (tls.MONITORING,), ())
-    mon = ctx.layout.node(ctx.spec.monitoring.host.name)  # the audit sink (ha_ops.lab.audit_sink) serves there
+    mon = ctx.layout.node(ctx.spec.monitoring.host.name)  # they serve there too, as does the audit sink
+    found["alertmanager"] = ("alertmanager", (tls.ALERTMANAGER,), (str(mon.address),))
+    found["prometheus"] = ("prometheus", (tls.MONITORING,), (str(mon.address),))
     found["audit-sink"] = (mon.name, ("ha-ops:audit-sink",), (str(mon.address),))
     return found
 

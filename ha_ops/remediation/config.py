@@ -8,6 +8,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
+from ha_ops.monitoring.web import MonitoringClient
 from ha_ops.remediation.audit_sink import AuditSinkConfig
 from ha_ops.security.tls import TlsFiles
 from ha_ops.util.command_template import GpuCommand, NodeCommand
@@ -68,8 +69,20 @@ class MonitoringWatch(ConfigModel):
 
     prometheus_url: str = Field(description="Prometheus base URL; `/-/healthy` is polled.")
     alertmanager_url: str | None = Field(None, description="Where HaOpsPrometheusDown is raised.")
+    client: MonitoringClient | None = Field(
+        None,
+        description="The controller's certificate and the monitoring password, where Prometheus and "
+        "Alertmanager ask for them (https URLs).",
+    )
     poll_s: float = Field(2.0, gt=0)
     fail_after: int = Field(2, ge=1, description="Failed polls in a row before monitoring counts as down.")
+
+    @model_validator(mode="after")
+    def _https_needs_a_certificate(self) -> MonitoringWatch:
+        secure = [u for u in (self.prometheus_url, self.alertmanager_url) if u and u.startswith("https://")]
+        if secure and (self.client is None or self.client.tls is None):
+            raise ValueError(f"{secure[0]}: an https URL needs client.tls (the controller's certificate)")
+        return self
 
 
 class SlurmFence(ConfigModel):

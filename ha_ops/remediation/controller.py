@@ -82,6 +82,8 @@ class Controller:
         self._jobs_seen: dict[str, tuple[str, ...]] = {}  # node -> its jobs at the last read (NodeView.jobs_before)
         self._polled_at = 0.0
         self.monitoring_fails = 0
+        # Built here, so that a certificate that does not load stops the controller at start, naming the files.
+        self._monitoring = monitoring_watch.session(config.monitoring) if config.monitoring else None
         self.fence = FenceWatch(config.slurm_fence.after_s)
         # The last `scontrol ping` the fence watch read, [(host, "UP" | "DOWN")], exported as ha_ops_slurm_controller_up
         self.slurm_controllers: list[tuple[str, str]] = []
@@ -553,10 +555,10 @@ class Controller:
     def _monitoring_loop(self) -> None:
         """A dead man's switch for the monitoring: while Prometheus does not answer, the leader records it (state,
         metric, status) and raises HaOpsPrometheusDown on Alertmanager, which Prometheus can no longer do."""
-        watch = self.config.monitoring
-        assert watch is not None
+        watch, via = self.config.monitoring, self._monitoring
+        assert watch is not None and via is not None
         while not self._stop.wait(watch.poll_s):
-            healthy = monitoring_watch.prometheus_healthy(watch)
+            healthy = monitoring_watch.prometheus_healthy(watch, via=via)
             self.monitoring_fails = 0 if healthy else self.monitoring_fails + 1
             if not self.is_leader:
                 continue
@@ -574,7 +576,7 @@ class Controller:
                 self._save()
                 since = self.state.monitoring_down_since
             if since is not None:
-                monitoring_watch.raise_alert(watch, self.config.id, since)
+                monitoring_watch.raise_alert(watch, self.config.id, since, via=via)
 
     def stop(self) -> None:
         self._stop.set()

@@ -69,10 +69,10 @@ def test_xid79_drains_the_node_naming_gpu_and_fault_and_the_metric_shows_it(lab:
     assert metric(text, "ha_ops_gpu_lost", gpu="5") == 1.0
     assert metric(text, "ha_ops_gpu_health", gpu="5", state="unhealthy") == 1.0
     # Prometheus scrapes it (1 s interval) and the alert rule fires.
-    prom = monitoring.prometheus_url(lab.ctx) + "/api/v1/query?query=ha_ops_node_health%7Bstate%3D%22unhealthy%22%7D"
+    query = "/api/v1/query?query=ha_ops_node_health%7Bstate%3D%22unhealthy%22%7D"
 
     def prometheus_sees_it() -> bool:
-        _, body = http_get(lab.ctx.netns("mon1"), prom)
+        _, body = monitoring.request(lab.ctx, "prometheus", query)
         results = json.loads(body)["data"]["result"]
         return any(r["metric"]["node"] == "gpu3" and r["value"][1] == "1" for r in results)
 

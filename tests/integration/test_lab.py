@@ -14,7 +14,6 @@ import pytest
 from ha_ops.errors import CommandFailed, TransportError
 from ha_ops.lab import fabric, netns, sshd
 from ha_ops.lab.cluster import Lab
-from ha_ops.lab.http import http_get
 from ha_ops.transport import SSHTransport
 from ha_ops.util.wait import wait_for
 
@@ -131,10 +130,8 @@ def test_paramiko_transport_verifies_host_keys(lab: Lab) -> None:
 def test_prometheus_and_alertmanager_configured_from_the_spec(lab: Lab) -> None:
     from ha_ops.lab import monitoring
 
-    ns = lab.ctx.netns("mon1")
-
     def listed() -> list[dict]:
-        status, body = http_get(ns, monitoring.prometheus_url(lab.ctx) + "/api/v1/targets")
+        status, body = monitoring.request(lab.ctx, "prometheus", "/api/v1/targets")
         assert status == 200
         return json.loads(body)["data"]["activeTargets"]
 
@@ -144,8 +141,63 @@ def test_prometheus_and_alertmanager_configured_from_the_spec(lab: Lab) -> None:
     jobs = {t["labels"]["job"] for t in targets}
     assert jobs == {"prometheus", "alertmanager", "ha-ops-agent", "ha-ops-controller"}
     assert len([t for t in targets if t["labels"]["job"] == "ha-ops-agent"]) == 4
-    status, _ = http_get(ns, monitoring.alertmanager_url(lab.ctx) + "/api/v2/status")
+    status, _ = monitoring.request(lab.ctx, "alertmanager", "/api/v2/status")
     assert status == 200
+
+
+def test_prometheus_and_alertmanager_ask_for_a_certificate_and_the_password(lab: Lab) -> None:
+    """remediation.tls: both serve over TLS, ask for a client certificate from the lab's CA and the monitoring
+    password, and Prometheus and the controllers reach them so."""
+    import ssl
+
+    from ha_ops.lab import monitoring, tls
+    from ha_ops.lab.http import http_get
+    from ha_ops.monitoring.web import MonitoringClient, MonitoringSession
+    from tests.labkit import call_controller, leader
+
+    ctx = lab.ctx
+    ns = ctx.netns("mon1")
+    prometheus, alertmanager = monitoring.prometheus_url(ctx), monitoring.alertmanager_url(ctx)
+    # Plain HTTP: the exporter toolkit answers 400 ("Client sent an HTTP request to an HTTPS server").
+    assert http_get(ns, prometheus.replace("https://", "http://") + "/-/ready")[0] == 400
+    # TLS without a client certificate: the handshake fails.
+    anonymous = ssl.create_default_context(cafile=str(tls.files(ctx, "operator").ca_file))
+    with pytest.raises(OSError):
+        http_get(ns, alertmanager + "/-/ready", context=anonymous)
+    operator = monitoring.client(ctx, "operator")
+    assert operator is not None and operator.password_file is not None
+
+    def ask(caller: MonitoringClient, url: str, body: bytes | None = None) -> int:
+        connect = lambda h, p, t: netns.connect_in(ns, (h, p), timeout=t)  # noqa: E731
+        return MonitoringSession(caller).request(connect, "POST" if body else "GET", url, body)[0]
+
+    # A GPU node's certificate is the CA's too, but holds no password: it may neither read nor post alerts.
+    agent = MonitoringClient(tls=tls.files(ctx, "agent-gpu1"))
+    assert ask(agent, prometheus + "/api/v1/targets") == 401
+    forged = json.dumps([{"labels": {"alertname": "HaOpsGpuNodeUnhealthy", "node": "gpu1"}}]).encode()
+    assert ask(agent, alertmanager + "/api/v2/alerts", forged) == 401
+    wrong = operator.model_copy(update={"password_file": ctx.paths.root / "wrong-password"})
+    (ctx.paths.root / "wrong-password").write_text("guess\n")
+    assert ask(wrong, prometheus + "/-/ready") == 401
+    assert ask(operator, prometheus + "/-/ready") == ask(operator, alertmanager + "/-/ready") == 200
+
+    # Prometheus scrapes itself and Alertmanager, and sends to it, with its own certificate and the password.
+    def own_targets() -> dict[str, str]:
+        targets = json.loads(monitoring.request(ctx, "prometheus", "/api/v1/targets")[1])["data"]["activeTargets"]
+        return {t["labels"]["job"]: t["health"] for t in targets if t["labels"]["job"] in monitoring.SERVERS}
+
+    all_up = {server: "up" for server in monitoring.SERVERS}
+    wait_for("Prometheus scraping itself and Alertmanager", lambda: own_targets() == all_up, timeout=15, interval=0.5)
+    managers = json.loads(monitoring.request(ctx, "prometheus", "/api/v1/alertmanagers")[1])["data"]
+    assert [m["url"] for m in managers["activeAlertmanagers"]] == [f"{alertmanager}/api/v2/alerts"]
+    alerts = json.loads(monitoring.request(ctx, "alertmanager", "/api/v2/alerts")[1])
+    assert not [a for a in alerts if a["labels"].get("node") == "gpu1"]
+    # The leader's watch reaches Prometheus with its certificate and the password: it polls every second and
+    # would count monitoring down after 2 polls without an answer.
+    ctl = leader(lab)
+    assert ctl is not None
+    _, metrics = call_controller(lab, ctl, "/metrics")
+    assert f'ha_ops_controller_monitoring_down{{id="{ctl}"}} 0.0' in metrics["raw"]
 
 
 def test_link_down_cuts_the_node_off_and_up_restores_it(lab: Lab) -> None:

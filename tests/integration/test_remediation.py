@@ -17,7 +17,6 @@ import pytest
 from ha_ops.lab import monitoring
 from ha_ops.lab.cluster import Lab
 from ha_ops.lab.controllers import audit_key_path, state_dir
-from ha_ops.lab.http import http_get
 from ha_ops.remediation.store import read_state
 from ha_ops.schedulers.slurm import Slurm
 from ha_ops.util.wait import wait_for
@@ -211,10 +210,9 @@ def test_monitoring_storm_trips_the_breaker_and_the_rest_stay_in_service(lab: La
     assert [e["node"] for e in audit_entries(lab) if e["what"] == "drain"] == drained
     _, metrics = call_controller(lab, ctl, "/metrics")
     assert 'ha_ops_controller_breaker_open{id="' + ctl + '"} 1.0' in metrics["raw"]
-    query = monitoring.prometheus_url(lab.ctx) + "/api/v1/alerts"
 
     def alert_firing() -> bool:
-        _, body = http_get(lab.ctx.netns("mon1"), query)
+        _, body = monitoring.request(lab.ctx, "prometheus", "/api/v1/alerts")
         return any(a["labels"]["alertname"] == "HaOpsRemediationBreakerOpen" and a["state"] == "firing"
                    for a in json.loads(body)["data"]["alerts"])  # fmt: skip
 

@@ -90,7 +90,7 @@ def test_storage_metrics_and_alert_rules(slab: Lab) -> None:
     assert "ha_ops_storage_master_up 1.0" in text
     from ha_ops.lab import monitoring
 
-    _, rules = http_get(slab.ctx.netns("mon1"), monitoring.prometheus_url(slab.ctx) + "/api/v1/rules")
+    _, rules = monitoring.request(slab.ctx, "prometheus", "/api/v1/rules")
     names = {r["name"] for g in json.loads(rules)["data"]["groups"] for r in g["rules"]}
     assert {"HaOpsStorageMasterDown", "HaOpsStorageUnderReplicated", "HaOpsStorageMissingChunks"} <= names
 

@@ -23,10 +23,13 @@ from ha_ops.cluster.ops import FilterOp, FilterRule, GpuOp, LinkOp, PowerOp, Ser
 from ha_ops.cluster.power import BmcConfig
 from ha_ops.cluster.ssh import SshCluster, SshNode, state_dir
 from ha_ops.errors import HaOpsError, SpecError, TransportError
+from ha_ops.lab.pki import LabCA
 from ha_ops.security.tls import TlsFiles
 from ha_ops.spec import load_spec
 from ha_ops.util.proc import CommandResult
 from tests.unit.test_controller_tls import api, pki  # noqa: F401  (fixtures)
+from tests.unit.test_monitoring_web import ca, guarded  # noqa: F401  (fixtures)
+from tests.unit.test_monitoring_web import client as monitoring_client
 from tests.unit.test_transport_ssh import (  # noqa: F401  (fixtures)
     STEP_TIMEOUT,
     Keys,
@@ -317,6 +320,48 @@ def test_the_controllers_mutual_tls_runs_end_to_end_through_the_ssh_session(
         agent.close()
         with pytest.raises(SpecError, match="ha_ops_tls: the spec serves the controllers' API over mutual TLS"):
             cluster_with(None).http("controller", "/v1/state", host="ctl1")
+        assert f"direct-tcpip 127.0.0.1:{port}" in sshd.log, sshd.log
+    finally:
+        sshd.close()
+
+
+def test_prometheus_behind_tls_and_a_password_is_reached_through_the_ssh_session_with_the_inventorys_client(
+    tmp_path: Path,
+    keys: Keys,  # noqa: F811
+    ca: LabCA,  # noqa: F811
+    guarded: str,  # noqa: F811
+) -> None:
+    """The inventory's ha_ops_monitoring (paths relative to it): the certificate and the password reach a server
+    that asks for both, as Prometheus' web config does, through mon1's direct-tcpip channel."""
+    port = int(guarded.rsplit(":", 1)[1])
+    sshd = TunnelSSHServer(keys.host, keys.client)
+    try:
+        known = tmp_path / "known_hosts"
+        known.write_text(known_hosts_entry(sshd.port, keys.host))
+        spec = load_spec(SPEC)
+        spec = spec.model_copy(update={"monitoring": spec.monitoring.model_copy(update={"prometheus_port": port})})
+        caller = monitoring_client(tmp_path, ca)
+        assert caller.tls is not None and caller.password_file is not None
+
+        def cluster_with(monitoring: object) -> SshCluster:
+            given = {"ha_ops_monitoring": monitoring} if monitoring else {}
+            mon = InventoryHost(name="mon1", address="127.0.0.1", port=sshd.port, key_file=keys.client_file,
+                                known_hosts=known, vars=given)  # fmt: skip
+            cluster = SshCluster(spec, Inventory(source=tmp_path / "hosts.yml", hosts={"mon1": mon}),
+                                 journal_dir=tmp_path)  # fmt: skip
+            nodes = [replace(n, address=IPv4Address("127.0.0.1")) if n.name == "mon1" else n
+                     for n in cluster.layout.nodes]  # fmt: skip
+            cluster.layout = replace(cluster.layout, nodes=nodes)
+            return cluster
+
+        relative = caller.model_dump(mode="json") | {"password_file": caller.password_file.name}
+        operator = cluster_with(relative)
+        assert operator.http("prometheus", "/-/healthy") == (200, b"")
+        operator.close()
+        wrong = monitoring_client(tmp_path, ca, "guess").model_dump(mode="json")
+        assert cluster_with(wrong).http("prometheus", "/-/healthy")[0] == 401
+        with pytest.raises(SpecError, match="ha_ops_monitoring"):
+            cluster_with({"username": "ha-ops"}).http("prometheus", "/-/healthy")
         assert f"direct-tcpip 127.0.0.1:{port}" in sshd.log, sshd.log
     finally:
         sshd.close()

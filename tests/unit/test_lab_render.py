@@ -488,6 +488,47 @@ def test_with_tls_every_caller_of_the_controllers_gets_its_own_certificate(ctx: 
         assert [a.value for a in subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)] == list(roles)
 
 
+def test_with_tls_prometheus_and_alertmanager_ask_for_a_certificate_and_the_password(ctx: LabContext) -> None:
+    import bcrypt
+
+    from ha_ops.lab import controllers
+
+    tls.prepare(ctx)
+    monitoring.prepare(ctx)
+    mon = ctx.layout.node("mon1").address
+    assert monitoring.prometheus_url(ctx) == f"https://{mon}:9090"
+    assert monitoring.alertmanager_url(ctx) == f"https://{mon}:9093"
+    password = monitoring.password_file(ctx)
+    assert password.stat().st_mode & 0o777 == 0o600 and len(password.read_text().strip()) >= 24
+    for server in monitoring.SERVERS:
+        web = yaml.safe_load((ctx.paths.etc / server / "web.yml").read_text())
+        assert web["tls_server_config"]["cert_file"] == str(tls.files(ctx, server).cert_file)
+        assert web["tls_server_config"]["client_auth_type"] == "RequireAndVerifyClientCert"
+        hashed = web["basic_auth_users"][monitoring.USER]
+        assert bcrypt.checkpw(password.read_text().strip().encode(), hashed.encode())
+        service = next(s for s in monitoring.monitoring_services(ctx) if s.service == server)
+        assert f"--web.config.file={ctx.paths.etc / server / 'web.yml'}" in service.argv
+    # Prometheus reaches itself and Alertmanager with its certificate and the password.
+    config = monitoring.render_prometheus(ctx)
+    own = {j["job_name"]: j for j in config["scrape_configs"]}
+    for job in (own["prometheus"], own["alertmanager"], config["alerting"]["alertmanagers"][0]):
+        assert job["scheme"] == "https" and job["tls_config"]["cert_file"] == str(
+            tls.files(ctx, "prometheus").cert_file
+        )
+        assert job["basic_auth"] == {"username": monitoring.USER, "password_file": str(password)}
+    assert "basic_auth" not in own["ha-ops-controller"]  # the controllers authorise by certificate alone
+    # The controller's watch too, as its own identity.
+    watch = controllers.render_config(ctx, "ctl2")["monitoring"]
+    assert watch["prometheus_url"].startswith("https://")
+    assert watch["client"]["tls"]["cert_file"] == str(tls.files(ctx, "controller-ctl2").cert_file)
+    assert watch["client"]["password_file"] == str(password)
+    if PROMTOOL.exists():  # Prometheus' own parser of web configs
+        for server in monitoring.SERVERS:
+            out = subprocess.run([str(PROMTOOL), "check", "web-config", str(ctx.paths.etc / server / "web.yml")],
+                                 capture_output=True, text=True, timeout=30, check=False)  # fmt: skip
+            assert out.returncode == 0, out.stdout + out.stderr
+
+
 def test_the_audit_sink_is_rsyslog_over_tls_and_each_controller_ships_to_it(ctx: LabContext) -> None:
     from ha_ops.lab import audit_sink, controllers
 
@@ -519,3 +560,6 @@ def test_without_tls_there_is_no_sink_and_no_certificate(tmp_path: Path) -> None
     config = controllers.render_config(plain, "ctl1")
     assert "tls" not in config and "audit_sink" not in config
     assert controllers.base_urls(plain)[0].startswith("http://")
+    assert "client" not in config["monitoring"] and monitoring.prometheus_url(plain).startswith("http://")
+    monitoring.prepare(plain)
+    assert not (plain.paths.etc / "prometheus" / "web.yml").exists()
