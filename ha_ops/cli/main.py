@@ -19,6 +19,7 @@ from ha_ops.cli import k8s as k8s_cmd
 from ha_ops.cli import lab as lab_cmd
 from ha_ops.cli import monitoring as monitoring_cmd
 from ha_ops.cli import output
+from ha_ops.cli import pki as pki_cmd
 from ha_ops.cli import power as power_cmd
 from ha_ops.cli import rollout as rollout_cmd
 from ha_ops.cli import runbook as runbook_cmd
@@ -53,6 +54,7 @@ app.add_typer(gameday_cmd.app, name="gameday")
 app.add_typer(runbook_cmd.app, name="runbook")
 app.add_typer(rollout_cmd.app, name="rollout")
 app.add_typer(power_cmd.app, name="power")
+app.add_typer(pki_cmd.app, name="pki")
 app.add_typer(k8s_cmd.app, name="k8s")
 app.add_typer(wheelhouse_cmd.app, name="wheelhouse")
 app.command("inventory")(inventory_cmd.inventory)

@@ -31,8 +31,8 @@ from lightkube.resources.core_v1 import Node
 
 from ha_ops.lab import kubernetes, mgmt, netns
 from ha_ops.lab.context import LabContext, ServiceDef
-from ha_ops.lab.pki import LabCA
 from ha_ops.lab.state import LabState
+from ha_ops.security.pki import CertificateAuthority
 from ha_ops.transport.lab import LabTransport
 from ha_ops.util.atomic import write_atomic
 from ha_ops.util.proc import run
@@ -102,7 +102,7 @@ def prepare(ctx: LabContext) -> None:
     if not names(ctx):
         return
     pki = kubernetes.folder(ctx) / "pki"
-    ca = LabCA(pki)
+    ca = CertificateAuthority(pki)
     server = kubernetes.in_node_server(ctx)
     for node in names(ctx):
         base = folder(ctx, node)

@@ -23,8 +23,9 @@ from lightkube.resources.core_v1 import Namespace, Node
 from lightkube.resources.rbac_authorization_v1 import ClusterRoleBinding
 
 from ha_ops.lab.context import LabContext, ServiceDef
-from ha_ops.lab.pki import LabCA, service_account_keys
+from ha_ops.lab.pki import service_account_keys
 from ha_ops.schedulers.kubernetes import POOL_LABEL, SPARE_LABEL, SPARE_TAINT_KEY, client_from_kubeconfig
+from ha_ops.security.pki import CertificateAuthority
 from ha_ops.spec.layout import NodeLayout
 from ha_ops.util.atomic import write_atomic
 from ha_ops.util.tools import tool
@@ -104,7 +105,7 @@ def prepare(ctx: LabContext) -> None:
         return
     assert ctx.spec.kubernetes is not None
     pki = folder(ctx) / "pki"
-    ca = LabCA(pki)
+    ca = CertificateAuthority(pki)
     ca.ensure(f"ha-ops lab {ctx.spec.name} CA")
     names = (LOOPBACK, "localhost", service_ip(ctx), "kubernetes", "kubernetes.default", "kubernetes.default.svc")
     ca.issue("apiserver", "kube-apiserver", server_names=names, client=False)

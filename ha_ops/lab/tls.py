@@ -11,8 +11,8 @@ import ssl
 from pathlib import Path
 
 from ha_ops.lab.context import LabContext
-from ha_ops.lab.pki import LabCA
-from ha_ops.security import tls
+from ha_ops.security import pki
+from ha_ops.security.pki import CertificateAuthority
 from ha_ops.security.tls import ReloadingContext, TlsFiles
 
 OPERATOR = "lab-operator"
@@ -27,25 +27,19 @@ def folder(ctx: LabContext) -> Path:
     return ctx.paths.root / "pki"
 
 
-def _ca(ctx: LabContext) -> LabCA:
-    ca = LabCA(folder(ctx))
+def _ca(ctx: LabContext) -> CertificateAuthority:
+    ca = CertificateAuthority(folder(ctx))
     ca.ensure(f"ha-ops lab {ctx.spec.name} CA")
     return ca
 
 
 def identities(ctx: LabContext) -> dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]]:
-    """File name -> (CN, roles, server names) for every certificate the lab issues."""
-    found: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {}
-    for n in ctx.layout.nodes_with_role("controller"):
-        found[f"controller-{n.name}"] = (n.name, ("ha-ops:controllers",), (str(n.address),))
-    for n in ctx.layout.nodes_with_role("gpu"):
-        found[f"agent-{n.name}"] = (n.name, (tls.AGENTS,), ())
-    found["operator"] = (OPERATOR, (tls.OPERATORS,), ())
-    mon = ctx.layout.node(ctx.spec.monitoring.host.name)  # they serve there too, as does the audit sink
-    found["alertmanager"] = ("alertmanager", (tls.ALERTMANAGER,), (str(mon.address),))
-    found["prometheus"] = ("prometheus", (tls.MONITORING,), (str(mon.address),))
-    found["audit-sink"] = (mon.name, ("ha-ops:audit-sink",), (str(mon.address),))
-    return found
+    """File name -> (CN, roles, server names) for every certificate the lab issues: those the spec's cluster needs
+    (ha_ops.security.pki.identities), the operator's named for the lab."""
+    return {
+        name: (i.common_name, i.roles, i.server_names)
+        for name, i in pki.identities(ctx.spec, ctx.layout, operator=OPERATOR).items()
+    }
 
 
 def prepare(ctx: LabContext) -> None:

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from ha_ops.lab.pki import LabCA
 from ha_ops.remediation.audit import AuditLog
 from ha_ops.remediation.audit_sink import AuditShipper, AuditSinkConfig, compare, frame, shipped_entries
+from ha_ops.security.pki import CertificateAuthority
 from ha_ops.security.tls import ReloadingContext, TlsFiles
 from tests.unit.cli_helpers import run_main
 
@@ -88,7 +88,7 @@ class Collector:
 
 @pytest.fixture
 def certs(tmp_path: Path) -> dict[str, TlsFiles]:
-    ca = LabCA(tmp_path / "ca")
+    ca = CertificateAuthority(tmp_path / "ca")
     ca.ensure("test CA")
 
     def files(name: str, server: tuple[str, ...] = ()) -> TlsFiles:

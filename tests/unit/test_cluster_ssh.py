@@ -23,7 +23,7 @@ from ha_ops.cluster.ops import FilterOp, FilterRule, GpuOp, LinkOp, PowerOp, Ser
 from ha_ops.cluster.power import BmcConfig
 from ha_ops.cluster.ssh import SshCluster, SshNode, state_dir
 from ha_ops.errors import HaOpsError, SpecError, TransportError
-from ha_ops.lab.pki import LabCA
+from ha_ops.security.pki import CertificateAuthority
 from ha_ops.security.tls import TlsFiles
 from ha_ops.spec import load_spec
 from ha_ops.util.proc import CommandResult
@@ -328,7 +328,7 @@ def test_the_controllers_mutual_tls_runs_end_to_end_through_the_ssh_session(
 def test_prometheus_behind_tls_and_a_password_is_reached_through_the_ssh_session_with_the_inventorys_client(
     tmp_path: Path,
     keys: Keys,  # noqa: F811
-    ca: LabCA,  # noqa: F811
+    ca: CertificateAuthority,  # noqa: F811
     guarded: str,  # noqa: F811
 ) -> None:
     """The inventory's ha_ops_monitoring (paths relative to it): the certificate and the password reach a server

@@ -18,23 +18,25 @@ from typing import Any
 
 import pytest
 
-from ha_ops.lab.pki import LabCA
 from ha_ops.remediation.server import serve
 from ha_ops.security import tls
+from ha_ops.security.pki import CertificateAuthority
 from ha_ops.security.tls import ReloadingContext, TlsFiles
 from tests.unit.test_remediation_server import Clock, make_controller, report_body, webhook
 
 
-def issue(ca: LabCA, name: str, cn: str, roles: tuple[str, ...] = (), server: tuple[str, ...] = ()) -> TlsFiles:
+def issue(
+    ca: CertificateAuthority, name: str, cn: str, roles: tuple[str, ...] = (), server: tuple[str, ...] = ()
+) -> TlsFiles:
     paths = ca.issue(name, cn, groups=roles, server_names=server)
     return TlsFiles(ca_file=ca.paths.cert, cert_file=paths.cert, key_file=paths.key, reload_s=0.05)
 
 
 @pytest.fixture
 def pki(tmp_path: Path) -> dict[str, TlsFiles]:
-    ca = LabCA(tmp_path / "ca")
+    ca = CertificateAuthority(tmp_path / "ca")
     ca.ensure("ha-ops test CA")
-    other = LabCA(tmp_path / "other-ca")
+    other = CertificateAuthority(tmp_path / "other-ca")
     other.ensure("someone else's CA")
     return {
         "controller": issue(ca, "ctl1", "ctl1", ("ha-ops:controllers",), ("127.0.0.1",)),
@@ -132,7 +134,7 @@ def test_a_rotated_certificate_serves_the_next_handshake_without_a_restart(
     agent = Caller(base, pki["n1"])
     served = ssl.get_server_certificate(("127.0.0.1", int(base.rsplit(":", 1)[1])))
     # The issuer writes a new key and certificate in place (the CA's `issue` only when missing: remove them first).
-    ca = LabCA(tmp_path / "ca")
+    ca = CertificateAuthority(tmp_path / "ca")
     for path in (pki["controller"].cert_file, pki["controller"].key_file, pki["n1"].cert_file, pki["n1"].key_file):
         os.unlink(path)
     ca.issue("ctl1", "ctl1", groups=("ha-ops:controllers",), server_names=("127.0.0.1",))

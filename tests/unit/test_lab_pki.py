@@ -14,8 +14,9 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from ha_ops.lab.context import LabContext
 from ha_ops.lab.kubernetes import GPU_RESOURCE, KWOK_LABEL, RACK_LABEL, ZONE_LABEL, gpu_nodes
 from ha_ops.lab.paths import LabPaths
-from ha_ops.lab.pki import LabCA, service_account_keys
+from ha_ops.lab.pki import service_account_keys
 from ha_ops.schedulers.kubernetes import POOL_LABEL, SPARE_LABEL, SPARE_TAINT_KEY
+from ha_ops.security.pki import CertificateAuthority
 from ha_ops.spec import compute_layout, load_spec
 from ha_ops.spec.model import Kubernetes
 
@@ -23,7 +24,7 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def test_certificates_chain_to_the_lab_ca_with_their_names_groups_and_private_keys(tmp_path: Path) -> None:
-    ca = LabCA(tmp_path)
+    ca = CertificateAuthority(tmp_path)
     ca.ensure("test CA")
     server = ca.issue("apiserver", "kube-apiserver", server_names=("127.0.0.1", "kubernetes.default"), client=False)
     admin = ca.issue("client-admin", "kubernetes-admin", groups=("system:masters",))

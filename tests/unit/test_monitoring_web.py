@@ -15,34 +15,34 @@ import bcrypt
 import pytest
 from pydantic import ValidationError
 
-from ha_ops.lab.pki import LabCA
 from ha_ops.monitoring.web import MonitoringClient, hash_password, web_config
 from ha_ops.remediation.config import MonitoringWatch
 from ha_ops.remediation.monitoring_watch import ALERT_NAME, direct, prometheus_healthy, raise_alert, session
+from ha_ops.security.pki import CertificateAuthority
 from ha_ops.security.tls import ReloadingContext, TlsFiles
 
 PASSWORD = "s3cret-monitoring"
 
 
-def files(ca: LabCA, name: str, server: tuple[str, ...] = ()) -> TlsFiles:
+def files(ca: CertificateAuthority, name: str, server: tuple[str, ...] = ()) -> TlsFiles:
     paths = ca.issue(name, name, groups=("ha-ops:monitoring",), server_names=server)
     return TlsFiles(ca_file=ca.paths.cert, cert_file=paths.cert, key_file=paths.key)
 
 
 @pytest.fixture
-def ca(tmp_path: Path) -> LabCA:
-    ca = LabCA(tmp_path / "ca")
+def ca(tmp_path: Path) -> CertificateAuthority:
+    ca = CertificateAuthority(tmp_path / "ca")
     ca.ensure("ha-ops test CA")
     return ca
 
 
-def client(tmp_path: Path, ca: LabCA, password: str = PASSWORD) -> MonitoringClient:
+def client(tmp_path: Path, ca: CertificateAuthority, password: str = PASSWORD) -> MonitoringClient:
     secret = tmp_path / f"password-{len(password)}"
     secret.write_text(f"  {password}\n")
     return MonitoringClient(tls=files(ca, "ctl1"), username="ha-ops", password_file=secret)
 
 
-def test_the_web_config_asks_for_a_certificate_from_the_ca_and_a_hashed_password(ca: LabCA) -> None:
+def test_the_web_config_asks_for_a_certificate_from_the_ca_and_a_hashed_password(ca: CertificateAuthority) -> None:
     server = files(ca, "prometheus", ("127.0.0.1",))
     config = web_config(server, {"ha-ops": hash_password(PASSWORD, rounds=4)})
     assert config["tls_server_config"] == {
@@ -58,7 +58,7 @@ def test_the_web_config_asks_for_a_certificate_from_the_ca_and_a_hashed_password
     assert not bcrypt.checkpw(b"guess", hashed.encode())
 
 
-def test_a_client_sends_basic_auth_read_from_its_file_each_time(tmp_path: Path, ca: LabCA) -> None:
+def test_a_client_sends_basic_auth_read_from_its_file_each_time(tmp_path: Path, ca: CertificateAuthority) -> None:
     caller = client(tmp_path, ca)
     assert caller.headers() == {"Authorization": "Basic " + base64.b64encode(f"ha-ops:{PASSWORD}".encode()).decode()}
     assert caller.password_file is not None
@@ -67,7 +67,7 @@ def test_a_client_sends_basic_auth_read_from_its_file_each_time(tmp_path: Path, 
     assert MonitoringClient().headers() == {}
 
 
-def test_the_same_credentials_in_prometheus_own_client_config(tmp_path: Path, ca: LabCA) -> None:
+def test_the_same_credentials_in_prometheus_own_client_config(tmp_path: Path, ca: CertificateAuthority) -> None:
     caller = client(tmp_path, ca)
     assert caller.tls is not None
     assert caller.prometheus_block() == {
@@ -120,7 +120,7 @@ class Guarded(BaseHTTPRequestHandler):
 
 
 @pytest.fixture
-def guarded(ca: LabCA) -> Iterator[str]:
+def guarded(ca: CertificateAuthority) -> Iterator[str]:
     Guarded.expected = "Basic " + base64.b64encode(f"ha-ops:{PASSWORD}".encode()).decode()
     Guarded.posted = []
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), Guarded)
@@ -133,7 +133,7 @@ def guarded(ca: LabCA) -> Iterator[str]:
 
 
 def test_the_watch_reaches_a_guarded_prometheus_and_alertmanager_with_certificate_and_password(
-    tmp_path: Path, ca: LabCA, guarded: str
+    tmp_path: Path, ca: CertificateAuthority, guarded: str
 ) -> None:
     watch = MonitoringWatch(prometheus_url=guarded, alertmanager_url=guarded, client=client(tmp_path, ca))
     assert prometheus_healthy(watch)
@@ -142,13 +142,15 @@ def test_the_watch_reaches_a_guarded_prometheus_and_alertmanager_with_certificat
     assert path == "/api/v2/alerts" and alert["labels"]["alertname"] == ALERT_NAME
 
 
-def test_a_wrong_password_or_no_certificate_counts_as_not_answering(tmp_path: Path, ca: LabCA, guarded: str) -> None:
+def test_a_wrong_password_or_no_certificate_counts_as_not_answering(
+    tmp_path: Path, ca: CertificateAuthority, guarded: str
+) -> None:
     wrong = MonitoringWatch(prometheus_url=guarded, alertmanager_url=guarded, client=client(tmp_path, ca, "guess"))
     assert not prometheus_healthy(wrong)
     assert not raise_alert(wrong, "ctl1", since=0.0)
     assert Guarded.posted == []
     # A certificate from another CA: the handshake itself fails, before any password is read.
-    other = LabCA(tmp_path / "other-ca")
+    other = CertificateAuthority(tmp_path / "other-ca")
     other.ensure("someone else's CA")
     foreign = client(tmp_path, ca)
     assert foreign.tls is not None

@@ -34,8 +34,13 @@ def test_every_default_is_a_documented_input_with_the_same_value(role: Path) -> 
 
 @pytest.mark.parametrize("role", ROLES, ids=lambda p: p.name)
 def test_every_role_has_the_standard_parts(role: Path) -> None:
-    for part in ("defaults/main.yml", "meta/argument_specs.yml", "meta/main.yml", "tasks/main.yml",
-                 "handlers/main.yml", "README.md", "molecule/default/molecule.yml"):  # fmt: skip
+    for part in ("defaults/main.yml", "meta/argument_specs.yml", "meta/main.yml", "tasks/main.yml", "README.md",
+                 "molecule/default/molecule.yml"):  # fmt: skip
         assert (role / part).exists(), f"{role.name} has no {part}"
-    assert list((role / "templates").glob("*.j2")), f"{role.name} has no templates"
+    # Handlers and templates where the tasks use them (a role that only copies files has neither).
+    tasks = "".join(p.read_text() for p in (role / "tasks").glob("*.yml"))
+    if "notify:" in tasks:
+        assert (role / "handlers" / "main.yml").exists(), f"{role.name} notifies handlers it does not have"
+    if "ansible.builtin.template:" in tasks:
+        assert list((role / "templates").glob("*.j2")), f"{role.name} has no templates"
     assert list((role / "molecule" / "default" / "tests").glob("test_*.py")), f"{role.name} has no testinfra tests"

@@ -1,0 +1,66 @@
+"""`ha-ops pki`: the cluster CA's certificates for ha-ops' parts, issued from the spec (the ha_ops_pki role runs it
+on the Ansible controller and copies each host's files there)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import typer
+
+from ha_ops.cli import output
+
+app = typer.Typer(help="The cluster CA and the certificates of ha-ops' parts.", no_args_is_help=True)
+
+
+@app.command()
+def issue(
+    spec_file: Path = typer.Option(..., "--spec", "-s", help="Cluster spec (YAML).", dir_okay=False),
+    directory: Path = typer.Option(
+        ..., "--dir", "-d", help="The CA's folder: ca.crt, ca.key and every certificate.", file_okay=False
+    ),
+    lifetime_hours: float = typer.Option(
+        24.0,
+        "--lifetime-hours",
+        min=0.01,
+        max=24 * 397,
+        help="How long each new certificate is valid (short: renewed, not revoked).",
+    ),
+    every: bool = typer.Option(False, "--all", help="Issue every certificate again, due or not (a key rotation)."),
+    operator: str = typer.Option("operator", "--operator", help="The operator certificate's CN (audited by name)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Say what would be issued; write nothing."),
+    json_out: bool = typer.Option(False, "--json", help="Machine-readable output."),
+) -> None:
+    """Create the cluster CA in DIR once, then issue each certificate the spec needs that is missing, and renew each
+    past two thirds of its lifetime: every controller, GPU node agent, Prometheus, Alertmanager, the audit sink and
+    the operator. Run it more often than a third of the lifetime (every 8 h for 24 h certificates)."""
+    from ha_ops.security import pki
+    from ha_ops.spec import compute_layout, load_spec
+
+    spec = load_spec(spec_file)
+    wanted = pki.identities(spec, compute_layout(spec), operator=operator)
+    now = dt.datetime.now(dt.UTC)
+    actions = pki.plan(wanted, directory, now, every=every)
+    if not dry_run:
+        ca = pki.CertificateAuthority(directory)
+        ca.ensure(f"ha-ops {spec.name} CA")
+        lifetime = dt.timedelta(hours=lifetime_hours)
+        for name, action in actions.items():
+            if action != "keep":
+                i = wanted[name]
+                ca.issue(name, i.common_name, groups=i.roles, server_names=i.server_names, validity=lifetime,
+                         renew=True)  # fmt: skip
+    rows = []
+    for name, action in actions.items():
+        cert = directory / f"{name}.crt"
+        expires = pki.validity(cert)[1].isoformat() if cert.exists() else None
+        rows.append({"name": name, "host": wanted[name].host, "action": action, "expires": expires,
+                     "common_name": wanted[name].common_name, "roles": list(wanted[name].roles)})  # fmt: skip
+    if json_out:
+        output.emit_json({"dir": str(directory), "dry_run": dry_run, "certificates": rows})
+        return
+    verb = "would be" if dry_run else "were"
+    for row in rows:
+        output.result(f"{row['action']:6} {row['name']:28} {row['host'] or '(operator)':12} expires {row['expires']}")
+    changed = sum(r["action"] != "keep" for r in rows)
+    output.info(f"{changed} of {len(rows)} certificates {verb} issued in {directory}")
