@@ -44,7 +44,12 @@ def _webhook() -> dict[str, Any]:
 def _controller_config() -> dict[str, Any]:
     return {"id": "ctl1", "state_dir": "/tmp/fz/state", "partition": "gpu", "peers": ["http://10.0.0.2:8800"],
             "pools": {"gpu": {"nodes": ["gpu1", "gpu2"], "spares": ["gpu3"]}},
-            "access": {"reset_gpu_command": "nvidia-smi -r -i {gpu}", "reboot_command": "reboot"}}  # fmt: skip
+            "access": {"reset_gpu_command": "nvidia-smi -r -i {gpu}", "reboot_command": "reboot"},
+            # the watch over TLS with a password: its fields are fuzzed too
+            "monitoring": {"prometheus_url": "https://10.0.0.9:9090", "alertmanager_url": "https://10.0.0.9:9093",
+                           "client": {"tls": {"ca_file": "/tmp/fz/ca.crt", "cert_file": "/tmp/fz/c.crt",
+                                              "key_file": "/tmp/fz/c.key"},
+                                      "username": "ha-ops", "password_file": "/tmp/fz/pw"}}}  # fmt: skip
 
 
 def _failover_config() -> dict[str, Any]:
