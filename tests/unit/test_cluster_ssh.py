@@ -26,6 +26,7 @@ from ha_ops.errors import HaOpsError, SpecError, TransportError
 from ha_ops.security.pki import CertificateAuthority
 from ha_ops.security.tls import TlsFiles
 from ha_ops.spec import load_spec
+from ha_ops.spec.model import ClusterSpec
 from ha_ops.util.proc import CommandResult
 from tests.unit.test_controller_tls import api, pki  # noqa: F401  (fixtures)
 from tests.unit.test_monitoring_web import ca, guarded  # noqa: F401  (fixtures)
@@ -256,6 +257,25 @@ def service() -> Iterator[int]:
         thread.join(STEP_TIMEOUT)
 
 
+def loopback_cluster(
+    spec: ClusterSpec,
+    tmp_path: Path,
+    host: str,
+    port: int,
+    keys: Keys,
+    known: Path,
+    given: dict,  # noqa: F811
+) -> SshCluster:
+    """A cluster of one host, `host`, reached over the test's SSH server on this machine and at 127.0.0.1 (its
+    services listen there), with the inventory variables `given`."""
+    entry = InventoryHost(name=host, address="127.0.0.1", port=port, key_file=keys.client_file, known_hosts=known,
+                          vars=given)  # fmt: skip
+    cluster = SshCluster(spec, Inventory(source=tmp_path / "hosts.yml", hosts={host: entry}), journal_dir=tmp_path)
+    nodes = [replace(n, address=IPv4Address("127.0.0.1")) if n.name == host else n for n in cluster.layout.nodes]
+    cluster.layout = replace(cluster.layout, nodes=nodes)
+    return cluster
+
+
 def test_http_to_a_service_goes_through_its_hosts_ssh_session(tmp_path: Path, keys: Keys, service: int) -> None:  # noqa: F811
     sshd = TunnelSSHServer(keys.host, keys.client)
     try:
@@ -300,14 +320,7 @@ def test_the_controllers_mutual_tls_runs_end_to_end_through_the_ssh_session(
             tls_var = {} if identity is None else {"ha_ops_tls": {
                 "ca_file": str(identity.ca_file), "cert_file": os.path.relpath(identity.cert_file, tmp_path),
                 "key_file": os.path.relpath(identity.key_file, tmp_path)}}  # fmt: skip
-            ctl = InventoryHost(name="ctl1", address="127.0.0.1", port=sshd.port, key_file=keys.client_file,
-                                known_hosts=known, vars=tls_var)  # fmt: skip
-            cluster = SshCluster(spec, Inventory(source=tmp_path / "hosts.yml", hosts={"ctl1": ctl}),
-                                 journal_dir=tmp_path)  # fmt: skip
-            nodes = [replace(n, address=IPv4Address("127.0.0.1")) if n.name == "ctl1" else n
-                     for n in cluster.layout.nodes]  # fmt: skip
-            cluster.layout = replace(cluster.layout, nodes=nodes)
-            return cluster
+            return loopback_cluster(spec, tmp_path, "ctl1", sshd.port, keys, known, tls_var)
 
         operator = cluster_with(pki["operator"])
         for _ in range(3):
@@ -345,14 +358,7 @@ def test_prometheus_behind_tls_and_a_password_is_reached_through_the_ssh_session
 
         def cluster_with(monitoring: object) -> SshCluster:
             given = {"ha_ops_monitoring": monitoring} if monitoring else {}
-            mon = InventoryHost(name="mon1", address="127.0.0.1", port=sshd.port, key_file=keys.client_file,
-                                known_hosts=known, vars=given)  # fmt: skip
-            cluster = SshCluster(spec, Inventory(source=tmp_path / "hosts.yml", hosts={"mon1": mon}),
-                                 journal_dir=tmp_path)  # fmt: skip
-            nodes = [replace(n, address=IPv4Address("127.0.0.1")) if n.name == "mon1" else n
-                     for n in cluster.layout.nodes]  # fmt: skip
-            cluster.layout = replace(cluster.layout, nodes=nodes)
-            return cluster
+            return loopback_cluster(spec, tmp_path, "mon1", sshd.port, keys, known, given)
 
         relative = caller.model_dump(mode="json") | {"password_file": caller.password_file.name}
         operator = cluster_with(relative)
