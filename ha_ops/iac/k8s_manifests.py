@@ -32,6 +32,9 @@ AGENT_LABELS = {"app.kubernetes.io/name": AGENT, **PART_OF}
 CONTROLLER_LABELS = {"app.kubernetes.io/name": CONTROLLER, **PART_OF}
 AGENT_CONFIG_PATH = "/etc/ha-ops/agent.yaml"
 CONTROLLER_CONFIG_PATH = "/etc/ha-ops/controller.yaml"
+# The audit key's Secret, mounted read-only (`key` in it); not under the config's mount, a ConfigMap volume.
+AUDIT_KEY_DIR = "/run/secrets/ha-ops-audit"
+IMAGE_UID = 65532  # the image's user (scripts/image.sh): the Secret's files are made readable by its group
 RULES_FILE = "ha-ops-rules.yml"
 DEFAULT_CONTROLLER_PORT = 8800
 
@@ -77,6 +80,11 @@ class K8sLayerConfig(BaseModel):
     # Clusters without GPUs (a lab): the agent reads fake GPUs (`ha-ops gpu fake-init`) from this folder on each
     # node instead of NVML, mounted read-only. Empty: NVML, as on any GPU node.
     agent_fake_gpus_dir: str = ""
+    # The Secret holding the controllers' audit key (its `key`: 32 bytes or more, the same for both replicas), which
+    # keys the audit chain (HMAC-SHA256): someone who can write the audit ConfigMaps but not read this Secret cannot
+    # rewrite the log unseen. The operator creates it once, as any credential (docs/security.md); until it exists the
+    # controller pods wait to start. None: an unkeyed chain (anyone who can write the ConfigMaps can rewrite it).
+    audit_key_secret: str | None = "ha-ops-controller-audit-key"
 
 
 def controller_port(spec: ClusterSpec) -> int:
@@ -174,6 +182,7 @@ def controller_config(spec: ClusterSpec, cfg: K8sLayerConfig, pool: str, nodes: 
             "state": {"namespace": cfg.namespace, "prefix": CONTROLLER},
         },
         "pools": {pool: {"nodes": nodes}},
+        **({"audit_key_file": f"{AUDIT_KEY_DIR}/key"} if cfg.audit_key_secret else {}),
     }
     ControllerConfig.model_validate(data)
     return data
@@ -219,12 +228,33 @@ def controller_pod_spec(spec: ClusterSpec, cfg: K8sLayerConfig, image: str) -> d
                 "readinessProbe": {"httpGet": {"path": "/healthz", "port": port}, "periodSeconds": 5},
                 # The root file system is read-only, and nothing is written to a volume: the lease and the shared
                 # state (intents, audit log, views) are kept in the API, where the other replica finds them.
-                "volumeMounts": [{"name": "config", "mountPath": "/etc/ha-ops", "readOnly": True}],
+                "volumeMounts": [
+                    {"name": "config", "mountPath": "/etc/ha-ops", "readOnly": True},
+                    *(
+                        [{"name": "audit-key", "mountPath": AUDIT_KEY_DIR, "readOnly": True}]
+                        if cfg.audit_key_secret
+                        else []
+                    ),
+                ],
                 "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}},
                 "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True},
             }
         ],
-        "volumes": [{"name": "config", "configMap": {"name": CONTROLLER}}],
+        # The image's user, and its group owning the Secret's files (0440): readable by the controller alone.
+        "securityContext": {
+            "runAsUser": IMAGE_UID,
+            "runAsGroup": IMAGE_UID,
+            "runAsNonRoot": True,
+            "fsGroup": IMAGE_UID,
+        },
+        "volumes": [
+            {"name": "config", "configMap": {"name": CONTROLLER}},
+            *(
+                [{"name": "audit-key", "secret": {"secretName": cfg.audit_key_secret, "defaultMode": 0o440}}]
+                if cfg.audit_key_secret
+                else []
+            ),
+        ],
     }
 
 

@@ -39,7 +39,7 @@ from ha_ops.iac.k8s_manifests import controller_port
 from ha_ops.lab import kubelets, kubernetes
 from ha_ops.lab.cluster import Lab
 from ha_ops.lab.paths import LabPaths
-from ha_ops.remediation.audit import AuditLog
+from ha_ops.remediation.audit import AuditLog, verify_text
 from ha_ops.remediation.executor import Executor
 from ha_ops.remediation.k8s_documents import ConfigMapDocuments
 from ha_ops.remediation.k8s_lease import KubernetesLease
@@ -253,6 +253,7 @@ def test_the_k8s_layer_stack_runs_ha_ops_in_real_containers_and_the_controllers_
     controllers: dict[str, dict] = {}
     agents: dict[str, dict] = {}
     klab.use_controllers(False)  # the lab's own controllers (for Slurm) stopped: the layer's pods are the ones acting
+    audit_key = audit_key_secret(api, namespace)
     try:
         update = engine.up(program, "lab")
         assert update["result"] == "succeeded", update
@@ -292,7 +293,7 @@ def test_the_k8s_layer_stack_runs_ha_ops_in_real_containers_and_the_controllers_
                                                                              for n, p in agents.items()})  # fmt: skip
         assert {str(pc.metadata.name) for pc in api.list(PriorityClass) if pc.metadata} >= {
             "critical", "normal", "preemptible-training"}  # fmt: skip
-        controllers_fail_over(klab, api, namespace, controllers, sorted(gpu_nodes))
+        controllers_fail_over(klab, api, namespace, controllers, sorted(gpu_nodes), audit_key)
     except BaseException:
         real_pods = [*controllers.values(), *(p for p in agents.values() if p["spec"]["nodeName"] == GPU_KUBELET)]
         for pod in real_pods:
@@ -337,7 +338,9 @@ def agent_container_keeps_its_nodes_condition(klab: Lab, api: Client) -> None:
     wait_for(f"{CONDITION}=True again on {GPU_KUBELET}", lambda: condition("True"), timeout=60, interval=0.5)
 
 
-def controllers_fail_over(klab: Lab, api: Client, namespace: str, pods: dict[str, dict], gpu_nodes: list[str]) -> None:
+def controllers_fail_over(
+    klab: Lab, api: Client, namespace: str, pods: dict[str, dict], gpu_nodes: list[str], audit_key: bytes
+) -> None:
     """Agents report to both controller pods (a standby answers 503); an XID 79 on one node; once the leader took
     it out, the leader's container is killed and the Lease must pass to the other pod within 5 s."""
     urls = {name: f"http://{p['status']['podIP']}:{controller_port(klab.spec)}" for name, p in pods.items()}
@@ -375,7 +378,29 @@ def controllers_fail_over(klab: Lab, api: Client, namespace: str, pods: dict[str
     intents = [e["intent"] for e in entries if e.get("intent")]
     assert len(intents) == len(set(intents)), entries
     assert [(e["what"], e["node"]) for e in entries].count(("drain", faulty)) == 1, entries
+    # Keyed with the Secret's key, which both replicas mounted: the chain verifies with it and not without.
+    assert {e.get("mac") for e in entries} == {"hmac-sha256"}
+    assert verify_text(audit.text(), key=audit_key) == []
+    assert verify_text(audit.text(), key=b"x" * 32) != []
     scheduler.resume(faulty)
+
+
+def audit_key_secret(api: Client, namespace: str) -> bytes:
+    """The controllers' audit key, created as an operator would before the first `pulumi up` (docs/security.md):
+    the layer's namespace and a Secret in it. pulumi-kubernetes 4.25 then adopts the namespace (server-side apply)."""
+    import base64
+    import secrets
+
+    from lightkube.resources.core_v1 import Secret
+
+    key = secrets.token_hex(32).encode()
+    with suppress(ApiError):  # (there already, from a run that stopped before its destroy)
+        api.create(Namespace(metadata=ObjectMeta(name=namespace)))
+    with suppress(ApiError):
+        api.delete(Secret, "ha-ops-controller-audit-key", namespace=namespace)
+    api.create(Secret(metadata=ObjectMeta(name="ha-ops-controller-audit-key", namespace=namespace),
+                      data={"key": base64.b64encode(key).decode()}))  # fmt: skip
+    return key
 
 
 def token_kubeconfig(klab: Lab, token: str, user: str) -> dict:

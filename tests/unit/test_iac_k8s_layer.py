@@ -166,7 +166,25 @@ def test_each_controller_replica_is_named_by_its_pod_and_writes_nothing_to_disk(
         "env"]  # fmt: skip
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     mounts = {v["name"]: (v["mountPath"], v.get("readOnly")) for v in container["volumeMounts"]}
-    assert mounts == {"config": ("/etc/ha-ops", True)}  # the lease and the state are in the API
+    # The lease and the state are in the API; only the config and the audit key are mounted, both read-only.
+    assert mounts == {"config": ("/etc/ha-ops", True), "audit-key": ("/run/secrets/ha-ops-audit", True)}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["audit-key"]["secret"] == {"secretName": "ha-ops-controller-audit-key", "defaultMode": 0o440}
+    assert pod["securityContext"] == {"runAsUser": 65532, "runAsGroup": 65532, "runAsNonRoot": True,
+                                      "fsGroup": 65532}  # fmt: skip
+
+
+def test_the_audit_key_comes_from_its_secret_or_the_chain_is_unkeyed_when_none_is_named() -> None:
+    from ha_ops.iac.k8s_manifests import K8sLayerConfig, controller_config, controller_pod_spec
+    from ha_ops.remediation.config import ControllerConfig
+
+    spec = example("lab.yaml")
+    keyed = ControllerConfig.model_validate(controller_config(spec, K8sLayerConfig(), "gpu", ["gpu1"]))
+    assert str(keyed.audit_key_file) == "/run/secrets/ha-ops-audit/key"
+    plain = K8sLayerConfig(audit_key_secret=None)
+    assert ControllerConfig.model_validate(controller_config(spec, plain, "gpu", ["gpu1"])).audit_key_file is None
+    pod = controller_pod_spec(spec, plain, "image")
+    assert [v["name"] for v in pod["volumes"]] == ["config"]
 
 
 def test_the_rendered_controller_config_drives_kubernetes_with_a_lease_and_its_state_in_the_api() -> None:
