@@ -262,13 +262,13 @@ def loopback_cluster(
     tmp_path: Path,
     host: str,
     port: int,
-    keys: Keys,
+    ssh_keys: Keys,
     known: Path,
-    given: dict,  # noqa: F811
+    given: dict,
 ) -> SshCluster:
     """A cluster of one host, `host`, reached over the test's SSH server on this machine and at 127.0.0.1 (its
     services listen there), with the inventory variables `given`."""
-    entry = InventoryHost(name=host, address="127.0.0.1", port=port, key_file=keys.client_file, known_hosts=known,
+    entry = InventoryHost(name=host, address="127.0.0.1", port=port, key_file=ssh_keys.client_file, known_hosts=known,
                           vars=given)  # fmt: skip
     cluster = SshCluster(spec, Inventory(source=tmp_path / "hosts.yml", hosts={host: entry}), journal_dir=tmp_path)
     nodes = [replace(n, address=IPv4Address("127.0.0.1")) if n.name == host else n for n in cluster.layout.nodes]
