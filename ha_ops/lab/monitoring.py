@@ -11,6 +11,7 @@ import secrets
 from pathlib import Path
 from typing import Literal
 
+import bcrypt
 import yaml
 
 from ha_ops.lab import tls
@@ -165,10 +166,23 @@ def prepare(ctx: LabContext) -> None:
     (etc / "alertmanager").mkdir(parents=True, exist_ok=True)
     (etc / "alertmanager" / "alertmanager.yml").write_text(yaml.safe_dump(render_alertmanager(ctx), sort_keys=False))
     if tls.enabled(ctx):
-        users = {USER: hash_password(password_file(ctx).read_text().strip())}
+        users = {USER: _password_hash(ctx, etc / "prometheus" / "web.yml")}
         for server in SERVERS:
             config = web_config(tls.files(ctx, server), users)
             (etc / server / "web.yml").write_text(yaml.safe_dump(config, sort_keys=False))
+
+
+def _password_hash(ctx: LabContext, earlier: Path) -> str:
+    """The monitoring password's bcrypt hash: the one an earlier prepare wrote while it still matches (a lab
+    brought up again rewrites its web configs unchanged), else a new one."""
+    password = password_file(ctx).read_text().strip()
+    try:
+        hashed = str(yaml.safe_load(earlier.read_text())["basic_auth_users"][USER])
+        if bcrypt.checkpw(password.encode(), hashed.encode()):
+            return hashed
+    except (OSError, ValueError, KeyError, TypeError, yaml.YAMLError):
+        pass
+    return hash_password(password)
 
 
 def _web_flags(ctx: LabContext, server: Server) -> list[str]:

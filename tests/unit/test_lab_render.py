@@ -508,6 +508,14 @@ def test_with_tls_prometheus_and_alertmanager_ask_for_a_certificate_and_the_pass
         assert bcrypt.checkpw(password.read_text().strip().encode(), hashed.encode())
         service = next(s for s in monitoring.monitoring_services(ctx) if s.service == server)
         assert f"--web.config.file={ctx.paths.etc / server / 'web.yml'}" in service.argv
+    # Prepared again (a lab brought up again), the web configs are unchanged: the hash is kept while it matches.
+    before = {server: (ctx.paths.etc / server / "web.yml").read_bytes() for server in monitoring.SERVERS}
+    monitoring.prepare(ctx)
+    assert before == {server: (ctx.paths.etc / server / "web.yml").read_bytes() for server in monitoring.SERVERS}
+    password.write_text("a-new-password\n")  # ... and made again for a new password
+    monitoring.prepare(ctx)
+    hashed = yaml.safe_load((ctx.paths.etc / "prometheus" / "web.yml").read_text())["basic_auth_users"][monitoring.USER]
+    assert bcrypt.checkpw(b"a-new-password", hashed.encode())
     # Prometheus reaches itself and Alertmanager with its certificate and the password.
     config = monitoring.render_prometheus(ctx)
     own = {j["job_name"]: j for j in config["scrape_configs"]}
