@@ -4,6 +4,7 @@ on the Ansible controller and copies each host's files there)."""
 from __future__ import annotations
 
 import datetime as dt
+import re
 from pathlib import Path
 
 import typer
@@ -36,6 +37,11 @@ def issue(
     the operator. Run it more often than a third of the lifetime (every 8 h for 24 h certificates)."""
     from ha_ops.security import pki
     from ha_ops.spec import compute_layout, load_spec
+
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,63}", operator):
+        raise typer.BadParameter(
+            "letters, digits and . _ @ - only, at most 64 (it becomes the CN)", param_hint="--operator"
+        )
 
     spec = load_spec(spec_file)
     wanted = pki.identities(spec, compute_layout(spec), operator=operator)

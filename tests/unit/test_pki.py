@@ -103,7 +103,9 @@ def test_plan_renews_what_is_due(tmp_path: Path) -> None:
     assert set(pki.plan(wanted, tmp_path, now + dt.timedelta(hours=17)).values()) == {"renew"}
 
 
-@pytest.mark.parametrize("args", [["--lifetime-hours", "0"], ["--spec", "/nonexistent.yaml"]])
+@pytest.mark.parametrize(
+    "args", [["--lifetime-hours", "0"], ["--spec", "/nonexistent.yaml"], ["--operator", "alice\nCN=admin"]]
+)
 def test_bad_arguments_exit_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: list[str]) -> None:
     base = {"--spec": str(EXAMPLES / "lab.yaml"), "--dir": str(tmp_path / "pki")}
     for i in range(0, len(args), 2):
