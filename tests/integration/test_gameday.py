@@ -67,7 +67,7 @@ def lines_since(sizes: dict[Path, int]) -> list[str]:
 
 
 def test_gameday_measures_detection_and_recovery_and_writes_reports(lab: Lab, tmp_path: Path) -> None:
-    # With the certificates rotated every 3 s meanwhile (issue 20): no report refused, lost or late for it.
+    # With the certificates rotated meanwhile (issue 20): no report refused, lost or late for it.
     gpu_nodes = [n.name for n in lab.ctx.layout.nodes_with_role("gpu")]
     agent_logs = log_sizes(lab, "agent", gpu_nodes)
     # Every second: a game day can end within 6 s (ci20: detected in 0.2 s, recovered in 2.4 s, one rotation).
