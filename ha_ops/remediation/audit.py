@@ -73,6 +73,10 @@ class AuditLog:
         self._seen: Hashable | None = None
         self._head = AuditHead(0, GENESIS)
         self._intents: set[str] = set()
+        # Set by resume(), at the start of a leader's term: from then on this process is the only writer (every
+        # append is fenced by the lease), so appends chain onto the head as written without reading the log again
+        # (a ConfigMap log costs several reads of its last segment per check).
+        self._sole_writer = False
 
     @classmethod
     def at(cls, path: Path, key: bytes | None = None, sink: AuditShipper | None = None) -> AuditLog:
@@ -113,6 +117,7 @@ class AuditLog:
         `audit verify` still shows the break where it was made."""
         problems = verify_text(self.text(), recorded, self.key)
         self._load()
+        self._sole_writer = True
         if any(p.startswith("the controller's state records") for p in problems):
             self._head = recorded
         if self.sink is not None:  # what the predecessor appended but may not have shipped
@@ -148,7 +153,7 @@ class AuditLog:
     def append_many(self, entries: list[dict[str, Any]]) -> AuditHead:
         """Several entries (each with the fields of `append`), chained in order and written in one append: a
         storm's actions cost one write of the log, not one each."""
-        head = self.head()
+        head = self._head if self._sole_writer else self.head()
         lines, intents, written = [], [], []
         for fields in entries:
             entry: dict[str, Any] = {"seq": head.seq + 1, **{k: fields.get(k) for k in ENTRY_FIELDS}, "prev": head.hash}
@@ -165,7 +170,8 @@ class AuditLog:
         self.documents.append(self.name, "".join(lines))
         self._head = head
         self._intents.update(intents)
-        self._seen = self.documents.version(self.name)
+        # (the sole writer knows what it wrote; anyone else notes the version, to see a later change underneath)
+        self._seen = None if self._sole_writer else self.documents.version(self.name)
         if self.sink is not None:
             self.sink.ship(written)
         return self._head

@@ -17,7 +17,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from contextlib import suppress
-from typing import Any
+from typing import Any, NamedTuple
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily
@@ -33,7 +33,7 @@ from ha_ops.remediation.executor import Executor
 from ha_ops.remediation.lease import LeaderLease, Lease, LeaseLost
 from ha_ops.remediation.model import ControllerState, Intent, NodePhase
 from ha_ops.remediation.slurm_fence import FenceWatch, fence_primary
-from ha_ops.remediation.store import StateStore
+from ha_ops.remediation.store import StateStore, state_text
 from ha_ops.remediation.view import View, ViewStore, last_heard, should_yield
 from ha_ops.util.proc import CommandResult
 
@@ -44,6 +44,23 @@ STOP_GRACE_S = 10.0  # how long a stopping controller waits for the actions unde
 # Actions that look at the real state first and do nothing twice (executor.py): their results may wait for their
 # wave's write. Any other (a GPU reset, a reboot, a validation) is written as soon as it ends.
 IDEMPOTENT = frozenset({"drain", "resume", "requeue_jobs", "spare_in", "spare_out"})
+
+
+class Snapshot(NamedTuple):
+    """A state to write: its sequence number, its text, the lease token it was taken under, the decisions it holds,
+    and the intent numbers it holds (every one below `intents_below`)."""
+
+    seq: int
+    text: str
+    token: int
+    decisions: int
+    intents_below: int
+
+
+def intent_number(intent: Intent) -> int:
+    """The intent's number (state.next_intent when it was made), from its id \"00000042-gpu3-drain\"."""
+    head = intent.id.partition("-")[0]
+    return int(head) if head.isdigit() else 0
 
 
 class Controller:
@@ -75,8 +92,13 @@ class Controller:
         self._written = 0
         self._decisions = 0  # decisions made (counted under the lock), and how many of them are written
         self._committed = 0
+        # Intents numbered below this are in the shared state as written: only those may be acted on (a successor
+        # must know of every action begun). Intent numbers only grow (state.next_intent).
+        self._durable_below = 0
         self._stop = threading.Event()
         self._work = threading.Event()
+        self._arrival: Future[None] = Future()  # resolved by _wake (new intents); replaced once seen
+        self._arrival_lock = threading.Lock()
         # From the node-state poller, consumed by the next tick: {node: (state, reason)} and when that poll began
         self._fresh_states: dict[str, tuple[str, str]] = {}
         self._jobs_seen: dict[str, tuple[str, ...]] = {}  # node -> its jobs at the last read (NodeView.jobs_before)
@@ -176,6 +198,7 @@ class Controller:
         problems = self.audit.resume(AuditHead(state.audit_seq, state.audit_hash))
         state.audit_problems = problems[:20]
         self.token, self.state, self._saved = token, state, ""
+        self._durable_below = 0
         self._unaudited = []  # a term's own: its predecessor's unwritten actions are checked again, by running them
         if problems:
             log.error("the audit log is not intact: %s", "; ".join(problems[:5]))
@@ -192,9 +215,9 @@ class Controller:
         """Write the state now (under the lock)."""
         self._write(self._snapshot())
 
-    def _snapshot(self) -> tuple[int, str, int, int] | None:
-        """Under the lock: the state to write (seq, text, token, decisions it holds), or None when it is written
-        already. Finished intents are audited first: the state records the log's head."""
+    def _snapshot(self) -> Snapshot | None:
+        """Under the lock: the state to write, or None when it is written already. Finished intents are audited
+        first: the state records the log's head."""
         assert self.state is not None and self.token is not None
         if self._unaudited:
             self.lease.check(self.token)  # a deposed leader writes no audit entry either
@@ -204,24 +227,25 @@ class Controller:
         # leads (every write is fenced); asking the documents would read the whole log at every save.
         head = self.audit.head_as_written()
         self.state.audit_seq, self.state.audit_hash = head.seq, head.hash
-        snapshot = self.state.model_dump_json()
+        snapshot = state_text(self.state)
         if snapshot == self._saved:  # (an idle tick changes nothing: no write, no fsync)
             self._committed = max(self._committed, self._decisions)
+            self._durable_below = max(self._durable_below, self.state.next_intent)
             return None
         self._snapshots += 1
-        return self._snapshots, snapshot, self.token, self._decisions
+        return Snapshot(self._snapshots, snapshot, self.token, self._decisions, self.state.next_intent)
 
-    def _write(self, snap: tuple[int, str, int, int] | None) -> None:
+    def _write(self, snap: Snapshot | None) -> None:
         """Write a snapshot unless a later one was written meanwhile (writes may run outside the state lock)."""
         if snap is None:
             return
-        seq, text, token, decisions = snap
         with self._write_lock:
-            if seq <= self._written:
+            if snap.seq <= self._written:
                 return
-            self.store.save_text(text, token)
-            self._written, self._saved = seq, text
-            self._committed = max(self._committed, decisions)
+            self.store.save_text(snap.text, snap.token)
+            self._written, self._saved = snap.seq, snap.text
+            self._committed = max(self._committed, snap.decisions)
+            self._durable_below = max(self._durable_below, snap.intents_below)
 
     # --- inputs ---------------------------------------------------------------------------------------------
     def _decide(self, decide: Callable[[ControllerState, int], policy.Outcome]) -> dict[str, Any]:
@@ -238,7 +262,7 @@ class Controller:
             mine = self._decisions
         self._commit(mine)
         if outcome.intents:
-            self._work.set()
+            self._wake()
         return {
             "accepted": not outcome.ignored,
             "ignored": outcome.ignored,
@@ -258,6 +282,31 @@ class Controller:
                     raise LeaseLost("not the leader")
                 snap = self._snapshot()
             self._write(snap)
+
+    def _persist(self) -> None:
+        """Write the state as it is now, the write outside the state lock (a group commit with the reports')."""
+        with self._lock:
+            self._decisions += 1
+            mine = self._decisions
+        self._commit(mine)
+
+    def _arrivals(self) -> Future[None]:
+        """A future that _wake resolves: run_pending waits on it beside its actions, so that a report's intents start
+        at once, not when an action under way ends."""
+        with self._arrival_lock:
+            if self._arrival.done():
+                self._arrival = Future()
+            return self._arrival
+
+    def _wake(self) -> None:
+        """New intents: the main loop ticks, and a run_pending under way starts them."""
+        self._work.set()
+        with self._arrival_lock:
+            if not self._arrival.done():
+                self._arrival.set_result(None)
+
+    def _durable(self, intent: Intent) -> bool:
+        return intent_number(intent) < self._durable_below
 
     def handle_report(self, report: AgentReport) -> dict[str, Any]:
         now = self.clock()
@@ -347,23 +396,27 @@ class Controller:
             for note in outcome.notes:
                 log.info("%s", note)
             policy.compact(self.state)
-            self._save()
+        self._persist()  # (outside the lock: reports are decided while it is written)
         self.run_pending()
 
     def run_pending(self) -> None:
-        """Carry out the ready intents in waves, on different nodes (one node's intents in order: its jobs are not
+        """Carry out the ready intents, on different nodes at once (one node's intents in order: its jobs are not
         requeued before its drain succeeded), within the limits of _within_limits, until none is ready or running.
 
-        Writes are batched, with two rules kept: an intent is in the shared state before it is acted on (a
-        successor knows of every action begun), and a finished intent is audited before the state that records it
-        is written. A wave's results are written together (one audit append, one state write) before the next
-        wave starts, or FLUSH_S into a long one; an action that is not idempotent (a GPU reset, a reboot) is
-        written as soon as it ends, as before. A storm of 150 drains costs a few writes, not 300. A leader that
-        dies between a drain and its write leaves the intent pending: its successor runs it again, and the
-        executor finds the node drained and audits it once."""
+        A pipeline, not waves: an action that ends frees its slot for the next ready one at once. Writes are batched,
+        with two rules kept: an intent is in the shared state before it is acted on (a successor knows of every
+        action begun: _durable), and a finished intent is audited before the state that records it is written.
+        Results are written together (one audit append, one state write) at most FLUSH_S apart while actions run,
+        and when the last one ends; an action that is not idempotent (a GPU reset, a reboot) is written as soon as
+        it ends. Every write runs outside the state lock, so reports are decided meanwhile. A storm of 150 drains
+        costs a few writes, not 300. A leader that dies between a drain and its write leaves the intent pending: its
+        successor runs it again, and the executor finds the node drained and audits it once."""
         running: dict[Future[tuple[str, str, str, str]], tuple[Intent, int]] = {}
+        unwritten = False  # results recorded since the last write
+        flush_at = time.monotonic() + FLUSH_S
         try:
             while not self._stop.is_set():
+                arrived = self._arrivals()  # (before the pending are read: an intent made after is not missed)
                 with self._lock:
                     if self.state is None or self.token is None:
                         return
@@ -374,20 +427,23 @@ class Controller:
                             ready.append(i)
                         blocked.add(i.node)
                     ready = self._within_limits(ready, [intent for intent, _ in running.values()])
-                    self._save()  # the last wave's results, and the new intents (a no-op when nothing changed)
+                    new = any(not self._durable(i) for i in ready)
+                if new or (unwritten and (not running or time.monotonic() >= flush_at)):
+                    self._persist()  # the new intents (now durable), and the results so far
+                    unwritten, flush_at = False, time.monotonic() + FLUSH_S
                 for intent in ready:
                     running[self._start(intent, token)] = (intent, token)
                 if not running:
                     return
-                deadline = time.monotonic() + FLUSH_S
-                while running and (left := deadline - time.monotonic()) > 0:
-                    done, _ = wait(running, timeout=left, return_when=FIRST_COMPLETED)
-                    outcomes = [(*running.pop(future), *future.result()) for future in done]
-                    self._record(outcomes)
-                    if any(intent.kind not in IDEMPOTENT for intent, *_ in outcomes):
-                        with self._lock:
-                            if self.token == token:
-                                self._save()
+                # Until an action ends, new intents arrive (a report), or the results so far are due to be written.
+                timeout = max(0.0, flush_at - time.monotonic()) if unwritten else FLUSH_S
+                done, _ = wait([*running, arrived], timeout=timeout, return_when=FIRST_COMPLETED)
+                outcomes = [(*running.pop(future), *future.result()) for future in done if future is not arrived]
+                self._record(outcomes)
+                unwritten = unwritten or bool(outcomes)
+                if any(intent.kind not in IDEMPOTENT for intent, *_ in outcomes):
+                    self._persist()
+                    unwritten, flush_at = False, time.monotonic() + FLUSH_S
         finally:
             # Stopping: the actions under way get a grace to end and be recorded (a validation waiting for a node
             # to boot may not end for minutes: its thread is left behind, and the intent stays pending).
@@ -418,7 +474,9 @@ class Controller:
             False: self.config.parallel_repairs - sum(i.kind not in IDEMPOTENT for i in running),
         }
         out = []
-        for intent in sorted(ready, key=lambda i: i.kind not in IDEMPOTENT):  # (stable: in order within each)
+        # Drains first (a cordon is what a storm waits for: it stops new work landing on a failing node), then the
+        # other scheduler actions, then repairs; stable, so in order within each.
+        for intent in sorted(ready, key=lambda i: (i.kind not in IDEMPOTENT, i.kind != "drain")):
             if room[intent.kind in IDEMPOTENT] > 0:
                 room[intent.kind in IDEMPOTENT] -= 1
                 out.append(intent)
@@ -580,7 +638,7 @@ class Controller:
 
     def stop(self) -> None:
         self._stop.set()
-        self._work.set()
+        self._wake()
 
     def run(self) -> None:
         from ha_ops.remediation.server import serve

@@ -25,7 +25,16 @@ from typing import Any
 
 from ha_ops.monitoring.rules import alert_names
 from ha_ops.remediation.config import ControllerConfig
-from ha_ops.remediation.model import ControllerState, Intent, IntentKind, LastReport, NodePhase, NodeRecord, Rung
+from ha_ops.remediation.model import (
+    OUT_OF_SERVICE,
+    ControllerState,
+    Intent,
+    IntentKind,
+    LastReport,
+    NodePhase,
+    NodeRecord,
+    Rung,
+)
 from ha_ops.remediation.safety import gate_cordon
 from ha_ops.schedulers.base import AGENT_REASON_PREFIX
 
@@ -201,9 +210,13 @@ def take_out_of_service(
     if rec.phase.out_of_service:
         return Outcome(notes=[f"{rec.name} is already {rec.phase.value}"])
     spares: list[NodeRecord] = []
+    looked = False
 
     def count_spares() -> int:
-        spares.extend(free_spares(state, rec.pool) if rec.in_main else [])
+        nonlocal looked
+        if not looked:  # (once: a scan of the pool)
+            spares.extend(free_spares(state, rec.pool) if rec.in_main else [])
+            looked = True
         return len(spares)
 
     gate = gate_cordon(state, rec, config.safety, now, count_spares)
@@ -230,7 +243,7 @@ def take_out_of_service(
         rec.spare_for = None
         if covered is not None and not covered.phase.out_of_service:
             covered = None
-    if covered is not None and not spares:
+    if covered is not None:
         count_spares()
     if covered is not None and spares:
         _bring_in_spare(state, spares[0], covered, now, token, out)
@@ -419,15 +432,18 @@ def _manage_spares(state: ControllerState, views: dict[str, NodeView], now: floa
             why = f"{spare.spare_for} is back in service" if spare.spare_for else "no node needs a stand-in"
             spare.in_main, spare.spare_for = False, None
             out.intents.append(_intent(state, spare, "spare_out", why, now, token))
-    # A node out of service without a stand-in gets one as soon as a spare is free.
+    # A node out of service without a stand-in gets one as soon as a spare is free. (Who is covered, and each pool's
+    # free spares, found once: a storm puts 150 of 1,500 nodes out of service at once.)
+    covered = {s.spare_for for s in state.nodes.values() if s.spare and s.in_main and s.spare_for}
+    free: dict[str, list[NodeRecord]] = {}
     for rec in state.nodes.values():
-        if not rec.phase.out_of_service or rec.spare or not rec.in_main:
+        if rec.phase not in OUT_OF_SERVICE or rec.spare or not rec.in_main or rec.name in covered:
             continue
-        if any(s.spare_for == rec.name and s.in_main for s in state.nodes.values()):
-            continue
-        spares = free_spares(state, rec.pool)
+        if rec.pool not in free:
+            free[rec.pool] = free_spares(state, rec.pool)
+        spares = free[rec.pool]
         if spares:
-            _bring_in_spare(state, spares[0], rec, now, token, out)
+            _bring_in_spare(state, spares.pop(0), rec, now, token, out)
 
 
 def _bring_in_spare(

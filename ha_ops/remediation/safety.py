@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ha_ops.remediation.config import Safety
-from ha_ops.remediation.model import ControllerState, NodeRecord
+from ha_ops.remediation.model import OUT_OF_SERVICE, ControllerState, NodeRecord
 
 
 @dataclass(frozen=True)
@@ -27,17 +27,28 @@ def prune(state: ControllerState, safety: Safety, now: float) -> None:
     state.breaker.cordons = [(t, n) for t, n in state.breaker.cordons if now - t < safety.breaker_window_s]
 
 
+def pool_counts(state: ControllerState, pool: str) -> tuple[int, int]:
+    """(size, in service) of a pool in one pass over the nodes: its size counts the nodes meant to be in service (its
+    spares excluded); in service, those in its main partition (spares standing in included) not taken out."""
+    size = serving = 0
+    for r in state.nodes.values():
+        if r.pool == pool:
+            size += not r.spare
+            serving += r.in_main and r.phase not in OUT_OF_SERVICE
+    return size, serving
+
+
 def pool_size(state: ControllerState, pool: str) -> int:
-    """Nodes meant to be in service in a pool (its spares excluded)."""
-    return sum(1 for r in state.nodes.values() if r.pool == pool and not r.spare)
+    return pool_counts(state, pool)[0]
 
 
 def in_service(state: ControllerState, pool: str) -> int:
-    return sum(1 for r in state.nodes.values() if r.pool == pool and r.in_main and not r.phase.out_of_service)
+    return pool_counts(state, pool)[1]
 
 
-def breaker_limit(state: ControllerState, pool: str, safety: Safety) -> int:
-    by_fraction = max(1, math.floor(safety.breaker_max_fraction * pool_size(state, pool) + 1e-9))
+def breaker_limit(state: ControllerState, pool: str, safety: Safety, size: int | None = None) -> int:
+    size = pool_size(state, pool) if size is None else size
+    by_fraction = max(1, math.floor(safety.breaker_max_fraction * size + 1e-9))
     return min(safety.breaker_max_nodes, by_fraction)
 
 
@@ -50,7 +61,8 @@ def gate_cordon(
     prune(state, safety, now)
     if state.breaker.open:
         return GateResult("refuse", f"circuit breaker open: {state.breaker.reason}")
-    limit = breaker_limit(state, record.pool, safety)
+    size, serving = pool_counts(state, record.pool)
+    limit = breaker_limit(state, record.pool, safety, size)
     nodes = {n for _, n in state.breaker.cordons}
     recent = len(nodes)
     # A node cordoned again (a flap) is not another node: the ladder, not the breaker, handles it.
@@ -62,8 +74,7 @@ def gate_cordon(
         )
         return GateResult("refuse", why, trips_breaker=True)
     if record.in_main:
-        size = pool_size(state, record.pool)
-        after = in_service(state, record.pool) - 1 + min(free_spares(), 1)
+        after = serving - 1 + min(free_spares(), 1)
         minimum = math.ceil(safety.min_healthy_fraction * size - 1e-9)
         if after < minimum:
             return GateResult(

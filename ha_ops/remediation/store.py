@@ -30,12 +30,20 @@ class StateStore:
 
     def save(self, state: ControllerState, token: int) -> None:
         """Write atomically, only while this controller holds the lease with `token` (else LeaseLost)."""
-        self.save_text(state.model_dump_json(), token)
+        self.save_text(state_text(state), token)
 
     def save_text(self, text: str, token: int) -> None:
         """`save` of a state already serialized (a snapshot taken under the controller's lock)."""
         with self.lease.fenced(token):
             self.documents.write(self.name, text)
+
+
+def state_text(state: ControllerState) -> str:
+    """The state as stored: fields at their defaults left out (read back, they are the defaults again), the version
+    always in. A healthy node's record is mostly defaults: at 1,500 nodes the text is a third of the full dump, and
+    it is written at every commit."""
+    body = state.model_dump_json(exclude_defaults=True, exclude={"version"})
+    return f'{{"version":{state.version}' + ("}" if body == "{}" else "," + body[1:])
 
 
 def load_state(documents: Documents, name: str = "state.json") -> ControllerState:

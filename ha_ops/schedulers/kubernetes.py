@@ -6,8 +6,9 @@ client with the same calls (the 1,500-node benchmark drives the async one), HTTP
 no code generated at import time (the official client imports ~600 modules: ~1.5 s per CLI start).
 
 What each call does to a node:
-- `drain`: cordon (spec.unschedulable), the taint `ha-ops.io/gpu-unhealthy=<reason>:NoSchedule`, the condition
-  `GpuHealthy=False` (node-problem-detector style), the full reason in the annotation `ha-ops.io/reason`. Work that
+- `drain`: cordon (spec.unschedulable), the taint `ha-ops.io/gpu-unhealthy=<reason>:NoSchedule` and the full reason
+  in the annotation `ha-ops.io/reason`, in one write; then the condition `GpuHealthy=False` (node-problem-detector
+  style), unless the node's agent has set it already. Work that
   runs may finish: `requeue` evicts what may move, as on Slurm.
 - `mark_down` (a lost node, after the controller's silence): the same taint with NoExecute as well, so Kubernetes
   evicts the node's pods at once instead of waiting for a node that will not confirm it.
@@ -106,6 +107,12 @@ class NodeFacts:
     down: bool  # ha-ops' NoExecute taint: a lost node
     cordoned: bool  # spec.unschedulable, and, when ha-ops cordoned it, its taint and condition in place too
     reason: str  # the reason ha-ops (or its agent) wrote, "" if none
+
+    @staticmethod
+    def condition(node: dict[str, Any], kind: str = CONDITION) -> str | None:
+        """The status of one of the node's conditions ("True", "False", "Unknown"), None when it has none."""
+        conditions = (node.get("status") or {}).get("conditions") or []
+        return next((c.get("status") for c in conditions if c.get("type") == kind), None)
 
     @classmethod
     def of(cls, node: dict[str, Any]) -> NodeFacts:
@@ -267,20 +274,23 @@ class KubernetesScheduler:
         pods = self._call("list pods", lambda: list(self.client.list(Pod, namespace="*", fields=fields)))
         return jobs_of(p.to_dict() for p in pods)
 
-    def _write_node(self, name: str, change: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
-        """Read the node, compute the patch, write it with the resourceVersion read (409 on a race: read again)."""
+    def _write_node(self, name: str, change: Callable[[dict[str, Any]], dict[str, Any]]) -> dict[str, Any]:
+        """Read the node, compute the patch, write it with the resourceVersion read (409 on a race: read again).
+        Returns the node as the write left it (the API's answer)."""
 
         fresh = False
 
-        def attempt() -> None:
+        def attempt() -> dict[str, Any]:
             nonlocal fresh
             node = self._node(name, fresh=fresh)  # the watch's copy first; read after a conflict
             fresh = True
             patch = change(node)
             patch.setdefault("metadata", {})["resourceVersion"] = node["metadata"]["resourceVersion"]
-            self._written(self.client.patch(Node, name, patch, patch_type=PatchType.MERGE))
+            written = self.client.patch(Node, name, patch, patch_type=PatchType.MERGE)
+            self._written(written)
+            return written.to_dict()
 
-        self._call(f"patch node {name}", attempt)
+        return self._call(f"patch node {name}", attempt)
 
     def _condition(self, name: str, healthy: bool, reason: str) -> None:
         status: Literal["True", "False"] = "True" if healthy else "False"
@@ -318,8 +328,12 @@ class KubernetesScheduler:
             return {"metadata": {"annotations": {REASON_ANNOTATION: full[:1024]}},
                     "spec": {"unschedulable": True, "taints": taints}}  # fmt: skip
 
-        self._write_node(name, change)
-        self._condition(name, False, full)
+        written = self._write_node(name, change)
+        # On a Kubernetes node the agent sets GpuHealthy=False itself before it reports (health/agent.py), so in a
+        # storm the condition is usually there already: the cordon is the drain's one write. A node whose agent
+        # could not (a lost node, a drain from an alert) gets it here.
+        if NodeFacts.condition(written) != "False":
+            self._condition(name, False, full)
 
     def mark_down(self, name: str, reason: str) -> None:
         self.drain(name, reason)

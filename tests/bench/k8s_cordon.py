@@ -2,12 +2,13 @@
 
 The lab's Kubernetes with 1,500 KWOK GPU nodes (examples/lab.yaml's 4 and 1,496 more) and the remediation controller
 as a process (`ha-ops controller run`, the Kubernetes scheduler, its Lease and state in the API, the layer's
-defaults otherwise). A load generator posts what 150 (then 375) agents would send on finding an XID 79: one report
-each, all at once, or each after a random 0-30 s delay (NVSentinel's stagger). A watch on the Nodes records when
-each node reads unschedulable in the API.
+defaults otherwise). A load generator does what 150 (then 375) agents would do on finding an XID 79: each sets its
+node's GpuHealthy condition to False and posts one report, all at once, or each after a random 0-30 s delay
+(NVSentinel's stagger). A watch on the Nodes records when each node reads unschedulable in the API.
 
-Fault-to-cordon here is from the moment the agent's report leaves it to the cordon being visible in the API. The
-agent's own detection is measured apart (tests/bench/agent_drain.py: within one 1 s sweep).
+Fault-to-cordon here is from the moment the agent acts (before its condition write and its report) to the cordon
+being visible in the API. The agent's own detection is measured apart (tests/bench/agent_drain.py: within one 1 s
+sweep).
 
 The safety limits are set to allow the storm (a real storm of this size trips the breaker by default, on purpose):
     safety: {breaker_max_nodes: 400, breaker_max_fraction: 0.3, max_cordons_per_minute: 1000}
@@ -45,7 +46,7 @@ from lightkube.resources.core_v1 import ConfigMap, Node
 from ha_ops.lab import kubernetes
 from ha_ops.lab.cluster import Lab
 from ha_ops.lab.paths import LabPaths
-from ha_ops.schedulers.kubernetes import KubernetesOptions, KubernetesScheduler
+from ha_ops.schedulers.kubernetes import KubernetesOptions, KubernetesScheduler, set_gpu_condition
 from ha_ops.spec.model import Kubernetes
 from ha_ops.util.wait import wait_for
 from tests.bench.controller import percentile, report
@@ -122,9 +123,12 @@ def one_run(lab: Lab, api: Client, nodes: list[str], failing: int, stagger: bool
         start = time.time()
 
         def agent(node: str) -> None:
+            # As the agent on a Kubernetes node acts on a fault (health/agent.py): its node's GpuHealthy condition
+            # first, then the report. The fault-to-cordon time counts from before the condition's write.
             time.sleep(max(0.0, start + delays[node] - time.time()))
-            body = report(node, 1, True).model_copy(update={"agent_id": f"agent-{node}", "sent_at": time.time()})
             sent[node] = time.time()
+            body = report(node, 1, True).model_copy(update={"agent_id": f"agent-{node}", "sent_at": time.time()})
+            set_gpu_condition(api, node, "False", body.reason)
             post(f"{url}/v1/reports", body.model_dump_json().encode())
 
         with ThreadPoolExecutor(max_workers=failing) as pool:

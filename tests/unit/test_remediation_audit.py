@@ -6,11 +6,13 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from ha_ops.cli.main import main
 from ha_ops.remediation.audit import GENESIS, AuditHead, AuditLog, _digest, verify
+from ha_ops.remediation.documents import DirectoryDocuments
 from ha_ops.remediation.model import ControllerState
 
 
@@ -362,3 +364,34 @@ def test_an_audit_key_is_read_whole_and_refused_short_or_missing(tmp_path: Path)
         read_key(tmp_path / "short")
     with pytest.raises(SpecError, match=r"audit_key_file: .*cannot read"):
         read_key(tmp_path / "none")
+
+
+class CountedReads(DirectoryDocuments):
+    """Files, counting every read of the log or its version."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.reads = 0
+
+    def read(self, name: str) -> str | None:
+        self.reads += 1
+        return super().read(name)
+
+    def version(self, name: str) -> Any:
+        self.reads += 1
+        return super().version(name)
+
+
+def test_a_leader_appends_onto_the_head_it_wrote_without_reading_the_log_again(tmp_path: Path) -> None:
+    """From its takeover (resume) the leader is the only writer: its appends chain onto the head as written, and a
+    storm's appends cost no reads of the log (a ConfigMap log's last segment, read several times per append)."""
+    write_log(tmp_path / "audit.jsonl", 2)
+    docs = CountedReads(tmp_path)
+    leader = AuditLog(docs)
+    assert leader.resume(AuditHead(2, leader.head().hash)) == []
+    docs.reads = 0
+    leader.append_many([{"at": 1.0, "who": "ctl2 (token 4)", "what": "drain", "node": f"n{i}"} for i in range(3)])
+    leader.append(at=2.0, who="ctl2 (token 4)", what="resume", node="n0", why="validated")
+    assert docs.reads == 0
+    assert leader.head_as_written().seq == 6
+    assert verify(tmp_path / "audit.jsonl", leader.head_as_written()) == []

@@ -8,6 +8,7 @@ from typing import Any
 import httpx2
 import pytest
 from lightkube import ApiError
+from lightkube.resources.core_v1 import Node
 
 from ha_ops.schedulers.kubernetes import (
     REASON_ANNOTATION,
@@ -197,3 +198,47 @@ def test_a_refused_list_page_is_retried_as_a_refused_get_is() -> None:
 
     with pytest.raises(KubernetesError, match="list pods: 403 pods is forbidden"):
         scheduler_that_sleeps([])._call("list pods", forbidden)
+
+
+class OneNode:
+    """A client holding one Node: gets and patches it (a merge of spec and metadata, conditions merged by type),
+    answering with the node as written, as the API server does; records each call."""
+
+    def __init__(self, obj: dict[str, Any]) -> None:
+        self.obj = {"apiVersion": "v1", "kind": "Node", **obj}
+        self.obj["metadata"]["resourceVersion"] = "1"
+        self.calls: list[str] = []
+
+    def get(self, kind: type, name: str) -> Any:
+        self.calls.append("get")
+        return Node.from_dict(self.obj)
+
+    def patch(self, kind: type, name: str, body: dict[str, Any], patch_type: Any = None) -> Any:
+        if kind is Node.Status:
+            self.calls.append("patch status")
+            kept = [c for c in self.obj["status"]["conditions"] if c["type"] != body["status"]["conditions"][0]["type"]]
+            self.obj["status"]["conditions"] = [*kept, *body["status"]["conditions"]]
+        else:
+            self.calls.append("patch node")
+            self.obj["spec"].update(body.get("spec") or {})
+            annotations = (body.get("metadata") or {}).get("annotations") or {}
+            self.obj["metadata"].setdefault("annotations", {}).update(annotations)
+        return Node.from_dict(self.obj)
+
+
+@pytest.mark.parametrize(("agent_said", "calls"), [
+    ("False", ["get", "patch node"]),
+    ("True", ["get", "patch node", "patch status"]),
+    (None, ["get", "patch node", "patch status"]),
+])  # fmt: skip
+def test_a_drain_writes_the_condition_only_where_the_agent_has_not(agent_said: str | None, calls: list[str]) -> None:
+    """In a storm the agents have set GpuHealthy=False before they report, so each drain is one write (the cordon,
+    its taint and its reason); a node whose agent has not (a lost one) gets the condition from the drain."""
+    obj = node()
+    if agent_said is not None:
+        obj["status"]["conditions"].append({"type": "GpuHealthy", "status": agent_said})
+    client = OneNode(obj)
+    KubernetesScheduler(client).drain("n1", "GPU1 xid: XID 79")  # type: ignore[arg-type]
+    assert client.calls == calls
+    facts = NodeFacts.of(client.obj)
+    assert facts.cordoned and facts.reason.endswith("GPU1 xid: XID 79")
