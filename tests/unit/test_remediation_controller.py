@@ -765,3 +765,41 @@ def test_the_config_chooses_the_lease_a_file_by_default_or_a_kubernetes_lease(tm
     lease = make_lease(config, time.time)  # (no request yet: the client connects on first use)
     assert isinstance(lease, KubernetesLease)
     assert (lease.namespace, lease.name, lease.me) == ("ops", "ha-ops-controller", "ctl1")
+
+
+def test_an_action_that_ends_frees_its_slot_at_once_and_a_new_report_starts_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pipeline, not waves: with two slots and n1's drain held up, the other drains go through the second slot one
+    after another, and a report that arrives meanwhile has its drain started too, none of them waiting for the
+    results' next write (FLUSH_S, made a minute here so that waiting for it would show)."""
+    monkeypatch.setattr("ha_ops.remediation.controller.FLUSH_S", 60.0)
+    nodes = ("n1", "n2", "n3", "n4", "n5")
+    rig = Rig(tmp_path, nodes=nodes, spares=(), parallel_actions=2, breaker_max_nodes=10)
+    rig.c.lease_step()
+    held, run = threading.Event(), rig.executor.run
+
+    def slow(intent: Intent) -> str:
+        if intent.node == "n1":
+            held.wait(10)
+        return run(intent)
+
+    rig.executor.run = slow  # type: ignore[method-assign]
+    for node in nodes[:4]:
+        rig.c.handle_report(report(node))
+    pending = threading.Thread(target=rig.c.run_pending)
+    pending.start()
+
+    def drained(*names: str) -> bool:
+        return all(("drain", n) in rig.executor.calls for n in names)
+
+    wait_for("n2, n3 and n4 drained beside n1's", lambda: drained("n2", "n3", "n4"), timeout=5, interval=0.01)
+    rig.c.handle_report(report("n5"))
+    wait_for("n5 drained too", lambda: drained("n5"), timeout=5, interval=0.01)
+    assert not held.is_set() and ("drain", "n1") not in rig.executor.calls
+    held.set()
+    pending.join(10)
+    assert not pending.is_alive()
+    state = rig.state()
+    assert all(i.status == "done" for i in state.intents if i.kind == "drain")  # all written when it ended
+    assert [e["node"] for e in rig.audit() if e["what"] == "drain"].count("n1") == 1
