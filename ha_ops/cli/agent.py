@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Literal
 
 import typer
-from rich.table import Table
 
 from ha_ops.cli import output
+from ha_ops.cli.gpu import Backend
 from ha_ops.errors import SpecError
 from ha_ops.gpu import NoGpuError, open_backend
 from ha_ops.health.agent import Agent, http_poster
@@ -30,11 +30,11 @@ EXIT_UNHEALTHY = 1
 EXIT_UNKNOWN = 3  # no GPU here, or something could not be read
 
 
-def _config(config: Path | None, backend: str | None, fake_dir: Path | None, node: str | None) -> AgentConfig:
+def _config(config: Path | None, backend: Backend | None, fake_dir: Path | None, node: str | None) -> AgentConfig:
     base = load_agent_config(config) if config else AgentConfig(node=node or socket.gethostname())
     changes: dict[str, object] = {}
     if backend:
-        changes["backend"] = backend
+        changes["backend"] = backend.value
     if fake_dir:
         changes["fake_dir"] = fake_dir
     if node:
@@ -43,7 +43,7 @@ def _config(config: Path | None, backend: str | None, fake_dir: Path | None, nod
 
 
 ConfigOpt = typer.Option(None, "--config", "-c", help="Agent config (YAML).", envvar="HA_OPS_AGENT_CONFIG")
-BackendOpt = typer.Option(None, "--backend", help="nvml or fake (overrides the config).")
+BackendOpt = typer.Option(None, "--backend", help="The GPU backend (overrides the config).")
 FakeDirOpt = typer.Option(None, "--fake-dir", help="Folder of fake GPUs (fake backend).")
 NodeOpt = typer.Option(None, "--node", help="Node name as the scheduler knows it (default: hostname).")
 
@@ -68,7 +68,7 @@ def _condition_writer(cfg: AgentConfig) -> Callable[[Verdict], None] | None:
 @agent_app.command("run")
 def run(
     config: Path | None = ConfigOpt,
-    backend: str | None = BackendOpt,
+    backend: Backend | None = BackendOpt,
     fake_dir: Path | None = FakeDirOpt,
     node: str | None = NodeOpt,
 ) -> None:
@@ -112,7 +112,7 @@ def check_config(
 @health_app.command("check")
 def check(
     config: Path | None = ConfigOpt,
-    backend: str | None = BackendOpt,
+    backend: Backend | None = BackendOpt,
     fake_dir: Path | None = FakeDirOpt,
     node: str | None = NodeOpt,
     json_out: bool = typer.Option(False, "--json", help="The verdict and findings as JSON."),
@@ -147,6 +147,8 @@ def check(
             }
         )
     else:
+        from rich.table import Table  # not at the top: `--json`, as Slurm runs it, starts faster without rich
+
         table = Table(title=f"{cfg.node}: {verdict.state.value} (action: {verdict.action.value})")
         for col in ("gpu", "check", "severity", "action", "message"):
             table.add_column(col)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
 from pathlib import Path
 
 import typer
@@ -10,6 +11,11 @@ from ha_ops.cli import output
 from ha_ops.cli.targets import InventoryOpt, LabOpt, SpecOpt, TargetOpt, named
 
 app = typer.Typer(help="Game days: plans of chaos experiments, measured and reported.", no_args_is_help=True)
+
+
+class ScheduleKind(StrEnum):
+    SYSTEMD = "systemd"
+    CRONJOB = "cronjob"
 
 
 @app.command("run")
@@ -60,7 +66,9 @@ def run(
 def schedule(
     plan: Path = typer.Argument(..., dir_okay=False),
     every: str = typer.Option(..., "--every", help="systemd OnCalendar (e.g. 'Mon 03:00') or a cron expression."),
-    kind: str = typer.Option("systemd", "--kind", help="systemd (service + timer) or cronjob (Kubernetes)."),
+    kind: ScheduleKind = typer.Option(
+        ScheduleKind.SYSTEMD, "--kind", help="systemd: a service and timer; cronjob: a Kubernetes CronJob."
+    ),
     inventory: Path | None = InventoryOpt,
     target: str | None = TargetOpt,
     timeout_s: int = typer.Option(3600, "--timeout-s", min=60, help="A run that lasts longer is stopped."),
@@ -84,8 +92,6 @@ def schedule(
     from ha_ops.chaos.schedule import Schedule, render_cronjob, render_systemd
     from ha_ops.errors import SpecError
 
-    if kind not in ("systemd", "cronjob"):
-        raise SpecError("--kind", [f"{kind!r} is not systemd or cronjob"])
     if inventory is not None and target is not None:
         raise SpecError("--target", ["name one cluster: --target and --inventory were both given"])
     plans.load_plan(plan)  # refuse to schedule a plan that does not load
@@ -94,7 +100,7 @@ def schedule(
 
         load_inventory(inventory)  # nor one whose inventory does not
     wanted = Schedule(plan, every, timeout_s, inventory, target)
-    if kind == "systemd":
+    if kind == ScheduleKind.SYSTEMD:
         beside = Path(sys.executable).parent / "ha-ops"
         found = ha_ops or (beside if beside.exists() else Path(shutil.which("ha-ops") or "ha-ops"))
         files = render_systemd(wanted, found)

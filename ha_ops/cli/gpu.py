@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import socket
+from enum import StrEnum
 from pathlib import Path
 
 import typer
@@ -16,18 +17,35 @@ from ha_ops.util.proc import run
 app = typer.Typer(help="GPU operations on this node.", no_args_is_help=True)
 
 
+class Backend(StrEnum):
+    """The GPU backends (ha_ops.gpu.open_backend); an Enum so that --help lists them."""
+
+    NVML = "nvml"
+    FAKE = "fake"
+
+
+class Fault(StrEnum):
+    """The fake backend's faults: ha_ops.gpu.fake.FAULTS (tests/unit/test_cli_choices.py keeps the two equal)."""
+
+    XID = "xid"
+    DOUBLE_BIT_ECC = "double_bit_ecc"
+    ROW_REMAP_FAILURE = "row_remap_failure"
+    OVERHEAT = "overheat"
+    FALLEN_OFF_BUS = "fallen_off_bus"
+
+
 @app.command()
 def reset(
     gpu: list[int] = typer.Option([], "--gpu", "-g", help="GPU index (repeatable)."),
     all_gpus: bool = typer.Option(False, "--all", help="Every GPU (what a reboot does to them)."),
-    backend: str = typer.Option("nvml", "--backend", help="nvml (nvidia-smi -r) or fake."),
+    backend: Backend = typer.Option(Backend.NVML, "--backend", help="nvml: nvidia-smi -r; fake: the fake GPUs."),
     fake_dir: Path | None = typer.Option(None, "--fake-dir", help="Folder of fake GPUs (fake backend)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Say what would be reset; change nothing."),
 ) -> None:
     """Reset GPUs. The node must be drained first: a reset kills whatever runs on the GPU."""
     if not gpu and not all_gpus:
         raise HaOpsError("name GPUs with --gpu N, or use --all")
-    if backend == "fake":
+    if backend == Backend.FAKE:
         from ha_ops.gpu.fake import FakeGpus
 
         if fake_dir is None:
@@ -43,8 +61,6 @@ def reset(
         if kept:
             raise typer.Exit(1)
         return
-    if backend != "nvml":
-        raise HaOpsError(f"unknown backend {backend!r}; use nvml or fake")
     argv = ["nvidia-smi", "-r"] + ([] if all_gpus else ["-i", ",".join(map(str, gpu))])
     if dry_run:
         output.result("would run: " + " ".join(argv))
@@ -77,7 +93,7 @@ def fake_init(
 
 @app.command("driver-version")
 def driver_version(
-    backend: str = typer.Option("nvml", "--backend", help="nvml or fake."),
+    backend: Backend = typer.Option(Backend.NVML, "--backend", help="The GPU backend."),
     fake_dir: Path | None = typer.Option(None, "--fake-dir", help="Folder of fake GPUs (fake backend)."),
 ) -> None:
     """Print the driver version once per GPU, as `nvidia-smi --query-gpu=driver_version --format=csv,noheader`
@@ -86,9 +102,7 @@ def driver_version(
     from ha_ops.gpu import open_backend
     from ha_ops.gpu.types import known
 
-    if backend not in ("nvml", "fake"):
-        raise SpecError("ha-ops gpu driver-version", [f"--backend: unknown backend {backend!r}; use nvml or fake"])
-    gpus = open_backend(backend, fake_dir)
+    gpus = open_backend(backend.value, fake_dir)
     unreadable = []
     try:
         for index in range(gpus.device_count()):
@@ -150,24 +164,18 @@ def _fake_gpus(fake_dir: Path, command: str):  # -> FakeGpus
 def fake_fault(
     fake_dir: Path = typer.Option(..., "--fake-dir", help="Folder of fake GPUs (the agent's fake_dir)."),
     gpu: int = typer.Option(..., "--gpu", "-g", min=0, help="GPU index."),
-    fault: str = typer.Option(
-        "xid", "--fault", help="xid, double_bit_ecc, row_remap_failure, overheat or fallen_off_bus."
-    ),
+    fault: Fault = typer.Option(Fault.XID, "--fault", help="The fault to inject."),
     xid: int = typer.Option(79, "--xid", help="With --fault xid: the XID."),
     celsius: float = typer.Option(92.0, "--celsius", help="With --fault overheat: the temperature."),
     permanent: bool = typer.Option(False, "--permanent", help="No reset or reboot repairs it (broken hardware)."),
 ) -> None:
     """Fake backend only: inject a GPU fault, as a chaos experiment does on a node that runs the fake backend (the
     chaos actions call this over SSH)."""
-    from ha_ops.gpu.fake import FAULTS
-
-    if fault not in FAULTS:
-        raise SpecError("ha-ops gpu fake-fault", [f"--fault: {fault!r} is not one of {', '.join(FAULTS)}"])
     fake = _fake_gpus(fake_dir, "fake-fault")
     if gpu >= fake.count():
         raise SpecError("ha-ops gpu fake-fault", [f"--gpu: {gpu} is not a GPU here (there are {fake.count()})"])
-    fake.inject(fault, gpu, xid=xid, celsius=celsius, permanent=permanent)
-    output.result(f"{fault} on GPU{gpu}" + (" (permanent)" if permanent else ""))
+    fake.inject(fault.value, gpu, xid=xid, celsius=celsius, permanent=permanent)
+    output.result(f"{fault.value} on GPU{gpu}" + (" (permanent)" if permanent else ""))
 
 
 @app.command("fake-clear")

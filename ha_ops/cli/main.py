@@ -1,63 +1,122 @@
-"""The `ha-ops` command: registers the command groups and maps errors to exit codes."""
+"""The `ha-ops` command: registers the command groups and maps errors to exit codes.
+
+The command groups are registered lazily (LazyGroup): `ha-ops health check` runs as Slurm's HealthCheckProgram on every
+node, so start-up matters, and importing every command module (lab -> lightkube, chaos, pulumi, ...) to run one of
+them cost about a second. A static table names each group's module and its one-line help, so `ha-ops --help` lists
+every group without importing any, and `ha-ops NAME ...` imports only NAME's module. (Deferring the imports inside
+each command function instead would scatter them over every module and break tests that patch module attributes.)
+"""
 
 from __future__ import annotations
 
+import difflib
+import importlib
 import logging
 import os
 import sys
+from typing import Any
 
 import typer
+from typer.core import TyperCommand, TyperGroup
 
 from ha_ops import __version__
-from ha_ops.cli import agent as agent_cmd
-from ha_ops.cli import chaos as chaos_cmd
-from ha_ops.cli import controller as controller_cmd
-from ha_ops.cli import gameday as gameday_cmd
-from ha_ops.cli import gpu as gpu_cmd
-from ha_ops.cli import inventory as inventory_cmd
-from ha_ops.cli import k8s as k8s_cmd
-from ha_ops.cli import lab as lab_cmd
-from ha_ops.cli import monitoring as monitoring_cmd
 from ha_ops.cli import output
-from ha_ops.cli import pki as pki_cmd
-from ha_ops.cli import power as power_cmd
-from ha_ops.cli import rollout as rollout_cmd
-from ha_ops.cli import runbook as runbook_cmd
-from ha_ops.cli import spec as spec_cmd
-from ha_ops.cli import storage as storage_cmd
-from ha_ops.cli import wheelhouse as wheelhouse_cmd
 from ha_ops.errors import HaOpsError, SpecError
 
 try:  # typer >= 0.2x vendors click as typer._click; older releases depend on click itself
-    from typer._click.exceptions import ClickException
+    from typer._click import Command, Context
+    from typer._click.exceptions import ClickException, UsageError
 except ImportError:  # pragma: no cover - depends on the installed typer
-    from click.exceptions import ClickException  # type: ignore[no-redef]
+    from click import Command, Context  # type: ignore[assignment,no-redef]
+    from click.exceptions import ClickException, UsageError  # type: ignore[assignment,no-redef]
+
+# name -> (module, attribute: a typer.Typer or a command function, the one-line help `ha-ops --help` shows).
+# The help must match the module's own (tests/unit/test_cli_main.py checks); the order is the help's order.
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "inventory": (
+        "ha_ops.cli.inventory",
+        "inventory",
+        "Render the Ansible inventory for playbooks/ from a cluster spec.",
+    ),
+    "spec": ("ha_ops.cli.spec", "app", "Validate and show cluster specs."),
+    "lab": ("ha_ops.cli.lab", "app", "Build, check and remove the local lab cluster (needs root)."),
+    "agent": ("ha_ops.cli.agent", "agent_app", "The GPU health agent that runs on every GPU node."),
+    "health": ("ha_ops.cli.agent", "health_app", "One-shot GPU health checks."),
+    "gpu": ("ha_ops.cli.gpu", "app", "GPU operations on this node."),
+    "controller": ("ha_ops.cli.controller", "controller_app", "The remediation controller."),
+    "audit": ("ha_ops.cli.controller", "audit_app", "The controller's audit log."),
+    "storage": ("ha_ops.cli.storage", "app", "The cluster's replicated storage (MooseFS)."),
+    "monitoring": ("ha_ops.cli.monitoring", "app", "The cluster's monitoring (Prometheus and Alertmanager)."),
+    "chaos": ("ha_ops.cli.chaos", "app", "Chaos experiments (Chaos Toolkit) against a cluster: the lab or your own."),
+    "gameday": ("ha_ops.cli.gameday", "app", "Game days: plans of chaos experiments, measured and reported."),
+    "runbook": ("ha_ops.cli.runbook", "app", "Recovery runbooks, verified against a cluster: the lab or your own."),
+    "rollout": ("ha_ops.cli.rollout", "app", "GPU driver rollouts: canaries, waves, gates, automatic rollback."),
+    "power": ("ha_ops.cli.power", "app", "A node's power through its BMC (Redfish or IPMI, from the inventory)."),
+    "pki": ("ha_ops.cli.pki", "app", "The cluster CA and the certificates of ha-ops' parts."),
+    "k8s": ("ha_ops.cli.k8s", "app", "The ha-ops layer on a Kubernetes cluster."),
+    "wheelhouse": ("ha_ops.cli.wheelhouse", "app", "Wheelhouses for installing ha-ops on nodes without an index."),
+    "plan": ("ha_ops.cli.plan", "app", "Plan for failures: checkpoint interval, spares, goodput simulation."),
+}
+
+
+def load_command(name: str) -> Command:
+    """The click command for COMMANDS[name], importing its module."""
+    module, attribute, _ = COMMANDS[name]
+    target = getattr(importlib.import_module(module), attribute)
+    if isinstance(target, typer.Typer):
+        command: Command = typer.main.get_group(target)
+    else:  # a lone command function, e.g. `inventory`
+        single = typer.Typer(add_completion=False)
+        single.command(name)(target)
+        command = typer.main.get_command(single)
+    command.name = name
+    return command
+
+
+class LazyGroup(TyperGroup):
+    """The root group: imports a command group's module only when that group is run (see the module docstring)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._listing = False
+
+    def list_commands(self, ctx: Context) -> list[str]:
+        return [*COMMANDS, *(name for name in super().list_commands(ctx) if name not in COMMANDS)]
+
+    def get_command(self, ctx: Context, cmd_name: str) -> Command | None:
+        if cmd_name in self.commands or cmd_name not in COMMANDS:
+            return super().get_command(ctx, cmd_name)
+        if self._listing:  # the root help: the static one-liner, nothing imported
+            return TyperCommand(cmd_name, help=COMMANDS[cmd_name][2])
+        self.commands[cmd_name] = load_command(cmd_name)
+        return self.commands[cmd_name]
+
+    def format_help(self, ctx: Context, formatter: Any) -> None:
+        self._listing = True
+        try:
+            super().format_help(ctx, formatter)
+        finally:
+            self._listing = False
+
+    def resolve_command(self, ctx: Context, args: list[str]) -> tuple[str | None, Command | None, list[str]]:
+        try:
+            return super().resolve_command(ctx, args)
+        except UsageError as exc:  # typer suggests only from the loaded commands: suggest from all of them
+            matches = difflib.get_close_matches(args[0], self.list_commands(ctx)) if args else []
+            if matches and "Did you mean" not in exc.message:
+                exc.message = f"{exc.message.rstrip('.')}. Did you mean {', '.join(repr(m) for m in matches)}?"
+            raise
+
 
 app = typer.Typer(
     name="ha-ops",
+    cls=LazyGroup,
     help="Build and operate high-availability GPU clusters.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    add_completion=False,
+    # Inherited by every subcommand's context (click copies help_option_names from the parent).
+    context_settings={"help_option_names": ["--help", "-h"]},
 )
-app.add_typer(spec_cmd.app, name="spec")
-app.add_typer(lab_cmd.app, name="lab")
-app.add_typer(agent_cmd.agent_app, name="agent")
-app.add_typer(agent_cmd.health_app, name="health")
-app.add_typer(gpu_cmd.app, name="gpu")
-app.add_typer(controller_cmd.controller_app, name="controller")
-app.add_typer(controller_cmd.audit_app, name="audit")
-app.add_typer(storage_cmd.app, name="storage")
-app.add_typer(monitoring_cmd.app, name="monitoring")
-app.add_typer(chaos_cmd.app, name="chaos")
-app.add_typer(gameday_cmd.app, name="gameday")
-app.add_typer(runbook_cmd.app, name="runbook")
-app.add_typer(rollout_cmd.app, name="rollout")
-app.add_typer(power_cmd.app, name="power")
-app.add_typer(pki_cmd.app, name="pki")
-app.add_typer(k8s_cmd.app, name="k8s")
-app.add_typer(wheelhouse_cmd.app, name="wheelhouse")
-app.command("inventory")(inventory_cmd.inventory)
 
 
 def _version(value: bool) -> None:

@@ -7,12 +7,19 @@ import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from functools import cache
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
+if TYPE_CHECKING:
+    from rich.console import Console
 
-_stdout = Console(soft_wrap=True)
-_stderr = Console(stderr=True, soft_wrap=True)
+
+@cache
+def _console(stderr: bool) -> Console:
+    # Made on first use: importing rich costs start-up time that `--json` output (plain JSON) does not need.
+    from rich.console import Console
+
+    return Console(stderr=stderr, soft_wrap=True)
 
 
 def quiet() -> bool:
@@ -20,7 +27,7 @@ def quiet() -> bool:
 
 
 def result(text: Any) -> None:
-    _stdout.print(text)
+    _console(False).print(text)
 
 
 def emit_json(data: Any) -> None:
@@ -31,19 +38,19 @@ def emit_json(data: Any) -> None:
 
 def info(message: str) -> None:
     if not quiet():
-        _stderr.print(message, highlight=False)
+        _console(True).print(message, highlight=False)
 
 
 def error(message: str) -> None:
-    _stderr.print(f"[bold red]error:[/] {message}", highlight=False)
+    _console(True).print(f"[bold red]error:[/] {message}", highlight=False)
 
 
 @contextmanager
 def progress(message: str) -> Iterator[None]:
     """A spinner on a terminal, one line otherwise; for long steps such as `lab up`."""
-    if quiet() or not _stderr.is_terminal:
+    if quiet() or not _console(True).is_terminal:
         info(message)
         yield
         return
-    with _stderr.status(message):
+    with _console(True).status(message):
         yield

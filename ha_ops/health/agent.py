@@ -24,8 +24,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from prometheus_client import CollectorRegistry, start_http_server
-
 from ha_ops.gpu.backend import GpuBackend
 from ha_ops.gpu.types import GpuEvent, GpuSample
 from ha_ops.health.checks import EventLedger, evaluate
@@ -314,6 +312,8 @@ class Agent:
     def start_metrics(self) -> object | None:
         if self.config.metrics.port == 0:
             return None
+        from prometheus_client import CollectorRegistry, start_http_server  # only the long-running agent serves
+
         registry = CollectorRegistry()
         registry.register(self.collector)
         server, _thread = start_http_server(

@@ -11,7 +11,6 @@ from ha_ops.health.thresholds import Thresholds
 from ha_ops.security.tls import TlsFiles
 from ha_ops.util.models import ConfigModel
 from ha_ops.util.names import NodeName
-from ha_ops.util.yamlconfig import load_model
 
 
 class MetricsConfig(ConfigModel):
@@ -70,4 +69,8 @@ class AgentConfig(ConfigModel):
 
 
 def load_agent_config(path: Path) -> AgentConfig:
+    # Imported here: the YAML loader pulls in yaml and ha_ops.spec, which `ha-ops health check` without --config
+    # (Slurm's HealthCheckProgram, run often) does not need at start-up.
+    from ha_ops.util.yamlconfig import load_model
+
     return load_model(path, AgentConfig)

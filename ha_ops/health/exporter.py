@@ -6,13 +6,14 @@ import threading
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-from prometheus_client.registry import Collector
+from typing import TYPE_CHECKING
 
 from ha_ops.gpu.types import GpuSample, known
 from ha_ops.health.model import HealthState, Verdict
 from ha_ops.health.report import gpu_states
+
+if TYPE_CHECKING:
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 _GAUGES = [
     ("temperature_gpu_c", "ha_ops_gpu_temperature_celsius", "GPU temperature"),
@@ -54,7 +55,11 @@ class AgentStats:
     drained_by_agent: bool = False
 
 
-class AgentCollector(Collector):
+class AgentCollector:
+    """A prometheus_client collector (its Collector is a Protocol: `collect` is all it takes). prometheus_client is
+    imported at scrape time only, so that `ha-ops health check`, which builds an agent but serves no metrics, starts
+    without it."""
+
     def __init__(self, node: str) -> None:
         self.node = node
         self._lock = threading.Lock()
@@ -67,6 +72,8 @@ class AgentCollector(Collector):
             self._samples, self._verdict = samples, verdict
 
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
         with self._lock:
             samples, verdict, stats = list(self._samples), self._verdict, self.stats
         labels = ["node", "gpu", "uuid"]

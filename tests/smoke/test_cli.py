@@ -17,7 +17,7 @@ REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
 HA_OPS = shutil.which("ha-ops", path=str(Path(sys.executable).parent)) or "ha-ops"
 GROUPS = ["spec", "lab", "agent", "health", "gpu", "controller", "audit", "storage", "monitoring", "chaos",
-          "gameday", "runbook", "rollout"]  # fmt: skip
+          "gameday", "runbook", "rollout", "power", "pki", "k8s", "wheelhouse", "plan"]  # fmt: skip
 
 
 def ha_ops(*args: str) -> subprocess.CompletedProcess[str]:
@@ -38,6 +38,17 @@ def test_each_group_answers_help(group: str) -> None:
     result = ha_ops(group, "--help")
     assert result.returncode == 0, result.stderr
     assert "Usage: ha-ops " + group in result.stdout
+
+
+def test_dash_h_is_help_and_the_help_offers_shell_completion() -> None:
+    root = ha_ops("-h")
+    assert root.returncode == 0, root.stderr
+    assert (
+        "Usage: ha-ops" in root.stdout and "--install-completion" in root.stdout and "--show-completion" in root.stdout
+    )
+    check = ha_ops("health", "check", "-h")
+    assert check.returncode == 0, check.stderr
+    assert "Usage: ha-ops health check" in check.stdout and "--json" in check.stdout
 
 
 @pytest.mark.parametrize("example", sorted(p.name for p in EXAMPLES.glob("*.yaml")))
