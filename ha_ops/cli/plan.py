@@ -184,7 +184,10 @@ def simulate(
     cause lost. Detection and recovery times come from a preset, or from a game day's report; with
     --from-gameday the same cluster also runs under the nhc-5min preset, with the same failures, and the goodput
     difference is shown."""
-    import numpy as np
+    try:  # (the `plan` extra: the agent and controller installed on the nodes need no numpy)
+        import numpy as np
+    except ImportError:
+        raise SpecError("plan simulate", ["needs numpy: pip install 'ha-ops[plan]'"]) from None
 
     from ha_ops.plan.checkpoint import daly_interval
     from ha_ops.plan.failures import failure_mix
