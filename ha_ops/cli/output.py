@@ -42,7 +42,9 @@ def info(message: str) -> None:
 
 
 def error(message: str) -> None:
-    _console(True).print(f"[bold red]error:[/] {message}", highlight=False)
+    from rich.markup import escape  # (the message is text, not markup: `ha-ops[plan]` and `[a@b]` stay as written)
+
+    _console(True).print(f"[bold red]error:[/] {escape(message)}", highlight=False)
 
 
 @contextmanager

@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import math
+import shlex
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -176,6 +178,7 @@ def simulate(
     fleet_name: str | None = typer.Option(None, "--fleet", help=f"Failure rate: {', '.join(FLEETS)} (llama3)."),
     seed: int = typer.Option(0, "--seed", help="The random generator's seed: same seed, same failures."),
     json_out: bool = typer.Option(False, "--json", help="Machine-readable output."),
+    report: Path | None = typer.Option(None, "--report", help="Also an HTML report in this folder.", file_okay=False),
 ) -> None:
     """A training job's goodput under failures: a discrete-event simulation.
 
@@ -183,11 +186,13 @@ def simulate(
     interruptions, ETTR and goodput with 95% confidence intervals over the replications, and the GPU-hours each
     cause lost. Detection and recovery times come from a preset, or from a game day's report; with
     --from-gameday the same cluster also runs under the nhc-5min preset, with the same failures, and the goodput
-    difference is shown."""
+    difference is shown. --report DIR also writes DIR/index.html: the results' tables and plots, self-contained."""
     try:  # (the `plan` extra: the agent and controller installed on the nodes need no numpy)
         import numpy as np
     except ImportError:
         raise SpecError("plan simulate", ["needs numpy: pip install 'ha-ops[plan]'"]) from None
+    if report is not None:  # refused before the simulation runs, not after
+        _check_report(report)
 
     from ha_ops.plan.checkpoint import daly_interval
     from ha_ops.plan.failures import failure_mix
@@ -229,6 +234,7 @@ def simulate(
     result = run(scenario(timing), replications, np.random.default_rng(seed))
     data: dict[str, Any] = {"preset": None if gameday else name, "seed": seed, **result_dict(result)}
     data["scenario"]["checkpoint_interval_from"] = "Daly 2006, eq. 37" if interval is None else "given"
+    runs, diff = [(name, result)], None
     if gameday is not None:
         baseline = run(scenario(PRESETS[BASELINE].timing), replications, np.random.default_rng(seed))
         diff = compare(result, baseline)
@@ -241,10 +247,49 @@ def simulate(
         }
         data["baseline"] = {"preset": BASELINE, **result_dict(baseline)}
         data["difference"] = {"goodput": diff.as_dict(), "gpu_hours": round(diff.mean * gpu_hours, 1)}
+        runs = [(f"game day {gameday.gameday}", result), (BASELINE, baseline)]
+    if report is not None:
+        from ha_ops.plan.report import write_report
+
+        path = write_report(report, runs, diff, _report_meta(data, preset, gameday, v["fleet"]))
+        data["report"] = str(path)
     if json_out:
         output.emit_json(data)
         return
     _render(data, name, gameday is not None)
+    if report is not None:
+        output.result(f"report: {data['report']}")
+
+
+def _check_report(directory: Path) -> None:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        # (the CLI prints errors as rich markup: "\\[" keeps the extra's brackets)
+        raise SpecError("--report", ["needs matplotlib: pip install 'ha-ops[plan]'"]) from None
+    from ha_ops.plan.report import check_directory
+
+    problem = check_directory(directory)
+    if problem:
+        raise SpecError("--report", [problem])
+
+
+def _report_meta(data: dict[str, Any], preset: Preset, gameday: Any, fleet: str) -> dict[str, Any]:
+    meta: dict[str, Any] = {}
+    if gameday is not None:
+        g = data["gameday"]
+        meta["source"] = f"game day {g['name']} ({g['report']}), the other kinds at {BASELINE}'s times"
+        meta["measured kinds"] = ", ".join(g["measured_kinds"]) or "none"
+        meta["not used"] = [f"{f['name']}: {f['why']}" for f in g["faults"] if not f["used"]] or "none"
+    else:
+        meta["source"] = f"preset {preset.name}: {preset.description}"
+        if preset.notes:
+            meta["notes"] = list(preset.notes)
+    meta["failure rates"] = f"fleet {fleet}, Llama 3's mix of causes (arXiv 2407.21783, Table 5)"
+    meta["checkpoint interval from"] = data["scenario"]["checkpoint_interval_from"]
+    meta["seed"] = data["seed"]
+    meta["command"] = shlex.join(["ha-ops", *sys.argv[1:]])
+    return meta
 
 
 def _pct(e: dict[str, float]) -> str:
