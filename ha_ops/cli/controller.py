@@ -157,6 +157,8 @@ def status(
     output.result(f"circuit breaker: {'OPEN: ' + breaker['reason'] if breaker['open'] else 'closed'}")
     for alert in state.get("storage_alerts", {}):
         output.result(f"storage: {alert} firing")
+    for burst in state.get("bursts", [])[-3:]:  # application XIDs on many nodes: one job's fault (the latest)
+        output.result(f"burst: {burst['message']}")
     table = Table(title="nodes")
     for col in ("node", "pool", "phase", "rung", "reason"):
         table.add_column(col)

@@ -6,6 +6,7 @@ same GPU within a window escalate (see ha_ops.health.checks).
 
 from __future__ import annotations
 
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from ha_ops.health.model import Action, Severity
@@ -82,3 +83,49 @@ APPLICATION_XIDS = frozenset(info.xid for info in _TABLE if info.application)
 def describe(xid: int) -> XidInfo:
     """Known XIDs from the table; an unknown XID is a warning to watch, never a drain on its own."""
     return XID_TABLE.get(xid) or XidInfo(xid, f"XID {xid} (not in ha-ops' table)", Action.WATCH, Severity.WARNING)
+
+
+# --- supersession: which XID cancels which (data; the logic is `superseded` and `cause_of` below) ----------------
+# From NVIDIA's Xid catalog (https://docs.nvidia.com/deploy/xid-errors/, "Xid catalog" and "Xid triage"): an
+# uncontained ECC error (95) is the worse outcome of the same fault a contained one (94) reports; a failed row remap
+# (64) is the end of the remap a pending one (63) announced; a GPU off the bus (79) makes every other report of it
+# moot; and 45 is the driver tearing down the channels of a fault it already reported (13, 31, 43): "preemptive
+# cleanup, due to previous errors".
+SUPERSEDES: dict[int, frozenset[int]] = {
+    95: frozenset({94}),
+    64: frozenset({63}),
+}
+SUPERSEDES_ALL = frozenset({79})  # supersede every other XID of the GPU
+# XID -> (the XIDs it follows, seconds): one that follows one of those on the same GPU within the seconds is part of
+# that fault (counted with it, never a new fault or a repeat of its own).
+CONSEQUENCE_OF: dict[int, tuple[frozenset[int], float]] = {
+    45: (frozenset({13, 31, 43}), 10.0),
+}
+
+
+def superseded(xids: Collection[int]) -> set[int]:
+    """Of the XIDs one GPU reports, those another of them cancels (94 when there is a 95; all but 79 with a 79).
+    Order does not matter: while both are held, the worse one names the fault."""
+    present = set(xids)
+    out: set[int] = set()
+    for xid in present:
+        if xid in SUPERSEDES_ALL:
+            out |= present - {xid}
+        else:
+            out |= SUPERSEDES.get(xid, frozenset()) & present
+    return out
+
+
+def cause_of(xid: int, at: float, last_seen: Mapping[int, float]) -> int | None:
+    """The XID whose consequence `xid` (seen at `at`) is, given when each XID was last seen on the same GPU: 45 within
+    10 s of a 13, 31 or 43. None: a fault of its own."""
+    rule = CONSEQUENCE_OF.get(xid)
+    if rule is None:
+        return None
+    causes, within_s = rule
+    best: int | None = None
+    for cause in causes:
+        seen = last_seen.get(cause)
+        if seen is not None and abs(at - seen) <= within_s and (best is None or seen > last_seen[best]):
+            best = cause
+    return best

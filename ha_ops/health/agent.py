@@ -26,7 +26,7 @@ from pathlib import Path
 
 from ha_ops.gpu.backend import GpuBackend
 from ha_ops.gpu.types import GpuEvent, GpuSample
-from ha_ops.health.checks import EventLedger, evaluate
+from ha_ops.health.checks import EventLedger, evaluate, stable_reason
 from ha_ops.health.config import AgentConfig
 from ha_ops.health.exporter import AgentCollector
 from ha_ops.health.model import HealthState, Verdict
@@ -165,10 +165,16 @@ class Agent:
         now = self.clock()
         samples = self.read_samples()
         events = self._valid_events(events or [], len(samples))
+        counts = self.collector.stats.events
         for event in events:
-            self.collector.stats.events[(event.gpu, event.kind, event.xid)] += 1
+            counts[(event.gpu, event.kind, event.xid)] += 1
+        # Logged once per GPU and XID while the ledger holds it: a storm of 800,000 identical XIDs is one line (the
+        # count is in the finding and the metric), not 800,000.
+        new = self.ledger.record(events, now, self._keep_events_s)
+        for event in new:
             log.info("event: GPU%d %s %s %s", event.gpu, event.kind, event.xid or "", event.detail)
-        self.ledger.record(events, now, self._keep_events_s)
+        if len(events) > len(new):
+            log.debug("%d repeated event(s) counted, not logged", len(events) - len(new))
         verdict = evaluate(samples, self.previous, self.ledger, now, self.config.thresholds)
         if not samples:
             verdict = Verdict(HealthState.UNKNOWN, verdict.action, verdict.findings, ("no GPU could be read",))
@@ -179,7 +185,11 @@ class Agent:
         stats.read_errors += sum(len(s.errors) for s in samples if not s.lost)
         for finding in verdict.findings:
             stats.findings[(finding.check, str(finding.severity))] += 1
-        changed = self.verdict is None or (verdict.state, verdict.reason) != (self.verdict.state, self.verdict.reason)
+        # (Event counts in the reason are no change: an XID storm must not send a report per sweep.)
+        changed = self.verdict is None or (verdict.state, stable_reason(verdict.reason)) != (
+            self.verdict.state,
+            stable_reason(self.verdict.reason),
+        )
         if changed:
             log.info("verdict: %s (%s) %s", verdict.state, verdict.action, verdict.reason)
         self.verdict = verdict

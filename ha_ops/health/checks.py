@@ -15,6 +15,7 @@ Readings that are not supported are skipped; readings that could not be read mak
 
 from __future__ import annotations
 
+import re
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -35,7 +36,7 @@ from ha_ops.gpu.types import (
     Unreadable,
     known,
 )
-from ha_ops.gpu.xid import APPLICATION_XIDS, describe
+from ha_ops.gpu.xid import APPLICATION_XIDS, CONSEQUENCE_OF, XID_TABLE, cause_of, describe, superseded
 from ha_ops.health.model import Action, Finding, HealthState, Severity, Verdict
 from ha_ops.health.thresholds import Thresholds
 
@@ -220,93 +221,199 @@ def unreadable_essentials(sample: GpuSample) -> list[str]:
     return [f"GPU{sample.index} {name}" for name in ESSENTIAL if isinstance(getattr(sample, name), Unreadable)]
 
 
+# Bounds of the ledger (memory: GPUs x distinct XIDs, plus these caps).
+MAX_RECENT = 1024  # tallies of non-latched events (a flood of distinct unknown XIDs evicts the oldest)
+MAX_DETAILS = 4  # distinct event details kept per tally, as a sample
+MAX_DETAIL_CHARS = 200
+BUCKETS = 64  # time buckets per application-XID tally over the keep time (counts within a window, bounded)
+
+_SEVERITY = {xid: info.severity for xid, info in XID_TABLE.items()}
+
+
+@dataclass(slots=True, eq=False)
+class XidTally:
+    """Every event of one XID on one GPU since the ledger last forgot it: one entry, however many events.
+
+    For application XIDs, `buckets` keeps counts per slice of time ([start, count, last]) so that repeats within a
+    window can be counted without one entry per event; an event counts while its slice's last event is within the
+    window (up to one slice, keep_s / BUCKETS, longer than the window itself)."""
+
+    gpu: int
+    xid: int | None
+    first: float
+    last: float
+    count: int = 1
+    details: list[str] = field(default_factory=list)
+    buckets: deque[list[float]] | None = None
+    followers: dict[int, int] = field(default_factory=dict)  # consequences folded in (XID 45 after a 13) -> count
+
+    def add_detail(self, detail: str) -> None:
+        if detail and len(self.details) < MAX_DETAILS:
+            detail = detail[:MAX_DETAIL_CHARS]
+            if detail not in self.details:
+                self.details.append(detail)
+
+    def within(self, now: float, window_s: float) -> int:
+        """Events of this tally within the window (application XIDs: by slices; others: all or none, by `last`)."""
+        if self.buckets is None:
+            return self.count if now - self.last <= window_s else 0
+        return int(sum(b[1] for b in self.buckets if now - b[2] <= window_s))
+
+    def describe(self, meaning: str) -> str:
+        span = self.last - self.first
+        what = f"XID {self.xid}" if self.count == 1 else f"XID {self.xid} x{self.count} in {span:.1f} s"
+        return f"{what}: {meaning}{_followers(self.followers)}"
+
+
+def _followers(followers: dict[int, int]) -> str:
+    if not followers:
+        return ""
+    return " (+" + ", ".join(f"XID {x} x{n}" for x, n in sorted(followers.items())) + " in the same fault)"
+
+
 @dataclass
 class EventLedger:
-    """Recent GPU events, kept by the agent between sweeps. Pure data: findings are computed from it."""
+    """Recent GPU events, kept by the agent between sweeps, deduplicated: one XidTally per (GPU, XID) with a count,
+    first and last time and a few distinct details, whatever the number of events. O(1) per event; memory bounded
+    by GPUs x distinct XIDs (latched: XIDs of the table only) plus MAX_RECENT. Pure data: findings are computed
+    from it."""
 
-    latched: dict[int, list[GpuEvent]] = field(default_factory=dict)  # critical XIDs until the GPU is reset
-    recent: deque[GpuEvent] = field(default_factory=deque)  # every event, pruned by age
+    latched: dict[int, dict[int, XidTally]] = field(default_factory=dict)  # critical XIDs until the GPU is reset
+    recent: dict[tuple[int, int | None], XidTally] = field(default_factory=dict)  # the rest, oldest first, by age
 
-    def record(self, events: list[GpuEvent], now: float, keep_s: float) -> None:
+    def record(self, events: list[GpuEvent], now: float, keep_s: float) -> list[GpuEvent]:
+        """Add events; returns those that were new to the ledger (the first of their GPU and XID), for the log."""
+        new: list[GpuEvent] = []
+        latched, recent = self.latched, self.recent
+        slice_s = keep_s / BUCKETS
         for event in events:
-            if event.kind == "reset":
-                self.latched.pop(event.gpu, None)
-                self.recent = deque(e for e in self.recent if e.gpu != event.gpu)
+            kind, gpu, at = event.kind, event.gpu, event.at
+            if kind == "reset":
+                self.forget(gpu)
                 continue
-            self.recent.append(event)
-            if _event_severity(event) == Severity.CRITICAL:
-                latched = self.latched.setdefault(event.gpu, [])
-                # One entry per XID: an XID storm on a drained GPU must not grow this until someone resets it.
-                if all(_event_xid(e) != _event_xid(event) for e in latched):
-                    latched.append(event)
-        while self.recent and now - self.recent[0].at > keep_s:
-            self.recent.popleft()
+            xid = 48 if kind == "ecc_double_bit" else event.xid
+            severity = _SEVERITY.get(xid, Severity.WARNING) if xid is not None else Severity.INFO
+            if severity == Severity.CRITICAL:
+                per_gpu = latched.get(gpu)
+                if per_gpu is None:
+                    per_gpu = latched[gpu] = {}
+                tally = per_gpu.get(xid)  # type: ignore[arg-type]
+                if tally is None:
+                    # One entry per XID: an XID storm on a drained GPU must not grow this until someone resets it.
+                    per_gpu[xid] = tally = XidTally(gpu, xid, at, at)  # type: ignore[index]
+                    new.append(event)
+                else:
+                    tally.count += 1
+                    tally.last = max(tally.last, at)
+                if event.detail and len(tally.details) < MAX_DETAILS:
+                    tally.add_detail(event.detail)
+                continue
+            key = (gpu, xid)
+            tally = recent.pop(key, None)  # (re-inserted last: `recent` stays ordered by the latest event)
+            if tally is None and xid is not None and xid in CONSEQUENCE_OF:
+                causes = CONSEQUENCE_OF[xid][0]
+                seen = {c: recent[(gpu, c)].last for c in causes if (gpu, c) in recent}
+                cause = cause_of(xid, at, seen)
+                if cause is not None:
+                    host = recent[(gpu, cause)]
+                    host.followers[xid] = host.followers.get(xid, 0) + 1
+                    continue
+            if tally is None:
+                tally = XidTally(gpu, xid, at, at)
+                if xid in APPLICATION_XIDS:
+                    tally.buckets = deque([[at, 1, at]], maxlen=BUCKETS + 1)
+                if len(recent) >= MAX_RECENT:
+                    del recent[next(iter(recent))]
+                new.append(event)
+            else:
+                tally.count += 1
+                tally.last = max(tally.last, at)
+                buckets = tally.buckets
+                if buckets is not None:
+                    top = buckets[-1]
+                    if at - top[0] < slice_s:
+                        top[1] += 1
+                        top[2] = max(top[2], at)
+                    else:
+                        buckets.append([at, 1, at])
+            if event.detail and len(tally.details) < MAX_DETAILS:
+                tally.add_detail(event.detail)
+            recent[key] = tally
+        # Forget what is older than keep_s (oldest first: stop at the first one still young).
+        while recent:
+            key = next(iter(recent))
+            if now - recent[key].last <= keep_s:
+                break
+            del recent[key]
+        return new
 
-
-def _event_xid(event: GpuEvent) -> int | None:
-    if event.kind == "ecc_double_bit":
-        return 48
-    return event.xid
-
-
-def _event_severity(event: GpuEvent) -> Severity:
-    if event.kind == "ecc_single_bit":
-        return Severity.INFO
-    xid = _event_xid(event)
-    return describe(xid).severity if xid is not None else Severity.INFO
+    def forget(self, gpu: int) -> None:
+        """A reset of the GPU: its latched XIDs end, and its recent events are forgotten."""
+        self.latched.pop(gpu, None)
+        for key in [k for k in self.recent if k[0] == gpu]:
+            del self.recent[key]
 
 
 def check_events(ledger: EventLedger, now: float, t: Thresholds, uuids: dict[int, str] | None = None) -> list[Finding]:
+    """Findings from the ledger: one per latched XID, one per held warning XID, one per GPU for its application XIDs
+    (escalated when they repeat); then an XID that another one of the same GPU supersedes is dropped."""
     uuids = uuids or {}
-    out: list[Finding] = []
-    for gpu, events in sorted(ledger.latched.items()):
-        seen: set[int] = set()
-        for event in events:
-            xid = _event_xid(event)
-            if xid is None or xid in seen:
-                continue
-            seen.add(xid)
+    per_gpu: dict[int, list[Finding]] = {}
+    for gpu, tallies in ledger.latched.items():
+        for xid, tally in tallies.items():
             info = describe(xid)
-            out.append(
-                Finding("xid", info.severity, info.action, f"XID {xid}: {info.meaning}", gpu, uuids.get(gpu), xid)
+            per_gpu.setdefault(gpu, []).append(
+                Finding("xid", info.severity, info.action, tally.describe(info.meaning), gpu, uuids.get(gpu), xid)
             )
-    app: dict[int, list[int]] = {}
-    warned: set[tuple[int, int]] = set()
-    for event in ledger.recent:
-        xid = _event_xid(event)
+    app: dict[int, list[XidTally]] = {}
+    for (gpu, xid), tally in ledger.recent.items():
         if xid is None:
+            continue  # (single-bit ECC events: counted, never a finding of their own)
+        if xid in APPLICATION_XIDS:
+            if tally.within(now, t.app_xid_window_s):
+                app.setdefault(gpu, []).append(tally)
             continue
         info = describe(xid)
-        age = now - event.at
-        if xid in APPLICATION_XIDS and age <= t.app_xid_window_s:
-            app.setdefault(event.gpu, []).append(xid)
-        elif info.severity == Severity.WARNING and age <= t.warning_xid_hold_s and (event.gpu, xid) not in warned:
-            warned.add((event.gpu, xid))
-            out.append(
-                Finding(
-                    "xid",
-                    Severity.WARNING,
-                    info.action,
-                    f"XID {xid}: {info.meaning}",
-                    event.gpu,
-                    uuids.get(event.gpu),
-                    xid,
-                )
+        if info.severity == Severity.WARNING and now - tally.last <= t.warning_xid_hold_s:
+            per_gpu.setdefault(gpu, []).append(
+                Finding("xid", Severity.WARNING, info.action, tally.describe(info.meaning), gpu, uuids.get(gpu), xid)
             )
     # Application XIDs count together per GPU: one is the job's fault, repeats point at the GPU.
-    for gpu, xids in sorted(app.items()):
-        last, kinds = xids[-1], sorted(set(xids))
-        if len(kinds) == 1:
-            what = f"XID {last} x{len(xids)}"
+    for gpu, tallies in app.items():
+        counts = {tl.xid: tl.within(now, t.app_xid_window_s) for tl in tallies}
+        last = max(tallies, key=lambda tl: tl.last).xid
+        assert last is not None
+        total = sum(counts.values())
+        followers: dict[int, int] = {}
+        for tl in tallies:
+            for x, n in tl.followers.items():
+                followers[x] = followers.get(x, 0) + n
+        if len(counts) == 1:
+            what = f"XID {last} x{total}"
         else:
-            what = "application XIDs " + ", ".join(f"{x} x{xids.count(x)}" for x in kinds)
-        if len(xids) >= t.app_xid_repeats:
-            message = f"{what} within {t.app_xid_window_s:g} s: {describe(last).meaning}"
-            out.append(Finding("xid_repeated", Severity.CRITICAL, Action.DRAIN, message, gpu, uuids.get(gpu), last))
+            what = "application XIDs " + ", ".join(f"{x} x{n}" for x, n in sorted(counts.items()))  # type: ignore[type-var]
+        if total >= t.app_xid_repeats:
+            message = f"{what} within {t.app_xid_window_s:g} s: {describe(last).meaning}{_followers(followers)}"
+            finding = Finding("xid_repeated", Severity.CRITICAL, Action.DRAIN, message, gpu, uuids.get(gpu), last)
         else:
-            message = f"{what}: {describe(last).meaning}"
-            out.append(Finding("xid", Severity.INFO, Action.NONE, message, gpu, uuids.get(gpu), last))
+            message = f"{what}: {describe(last).meaning}{_followers(followers)}"
+            finding = Finding("xid", Severity.INFO, Action.NONE, message, gpu, uuids.get(gpu), last)
+        per_gpu.setdefault(gpu, []).append(finding)
+    out: list[Finding] = []
+    for gpu in sorted(per_gpu):
+        findings = per_gpu[gpu]
+        cancelled = superseded([f.xid for f in findings if f.xid is not None]) if len(findings) > 1 else set()
+        out += [f for f in findings if f.xid not in cancelled]
     return out
+
+
+def stable_reason(reason: str) -> str:
+    """A verdict's reason without the event counts in it ("XID 95 x812 in 3.2 s" -> "XID 95"): a storm that only
+    raises a count is no change to report."""
+    return _COUNTS.sub("", reason)
+
+
+_COUNTS = re.compile(r" x\d+(?: in \d+(?:\.\d+)? s)?")
 
 
 def verdict(findings: list[Finding], unknown: list[str]) -> Verdict:

@@ -39,6 +39,29 @@ class Ladder(ConfigModel):
     drain_timeout_s: float = Field(30.0, gt=0, description="Wait for jobs that cannot be requeued before repairing.")
 
 
+class Bursts(ConfigModel):
+    """Application XIDs (13, 31, 43, 45, 68) on many nodes at once are one job's fault, not a fleet failure
+    (remediation/bursts.py): one finding, and no node of the burst is taken out of service for them."""
+
+    enabled: bool = True
+    min_nodes: int = Field(
+        8, ge=2, description="Nodes whose application XIDs begin within the window that make a burst."
+    )
+    window_s: float = Field(
+        10.0,
+        gt=0,
+        description="The window; also how long a node's escalated application-XID report waits (a burst may be "
+        "forming) before it takes the node out of service.",
+    )
+    hold_s: float = Field(
+        60.0,
+        gt=0,
+        description="A burst ends this long after the last application-XID report of its nodes (over the agents' "
+        "heartbeat, controller.heartbeat_s, so that it lasts while they still report them).",
+    )
+    max_events: int = Field(4096, ge=16, description="Most onsets kept in the window (memory bound).")
+
+
 class NodeAccess(ConfigModel):
     """How the controller reaches a node: ssh with verified host keys, and the commands for each repair step."""
 
@@ -208,6 +231,7 @@ class ControllerConfig(ConfigModel):
     pools: dict[str, PoolConfig]
     safety: Safety = Safety()
     ladder: Ladder = Ladder()
+    bursts: Bursts = Bursts()
     access: NodeAccess = NodeAccess()
     slurm_timeout_s: float = 10.0
     node_poll_s: float = Field(2.0, gt=0, description="How often Slurm's node states are read (lost nodes).")

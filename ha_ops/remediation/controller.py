@@ -35,6 +35,7 @@ from ha_ops.remediation.model import ControllerState, Intent, NodePhase
 from ha_ops.remediation.slurm_fence import FenceWatch, fence_primary
 from ha_ops.remediation.store import StateStore, state_text
 from ha_ops.remediation.view import View, ViewStore, last_heard, should_yield
+from ha_ops.schedulers.base import SchedulerJob
 from ha_ops.util.proc import CommandResult
 
 log = logging.getLogger(__name__)
@@ -310,7 +311,40 @@ class Controller:
 
     def handle_report(self, report: AgentReport) -> dict[str, Any]:
         now = self.clock()
-        return self._decide(lambda state, token: policy.on_report(state, report, self.config, now, token))
+        began: list[str] = []
+
+        def decide(state: ControllerState, token: int) -> policy.Outcome:
+            outcome = policy.on_report(state, report, self.config, now, token)
+            if outcome.burst:
+                began.append(outcome.burst)
+            return outcome
+
+        answer = self._decide(decide)
+        if began:
+            self._name_burst_job(began[0])
+        return answer
+
+    def _name_burst_job(self, burst_id: str) -> None:
+        """A burst of application XIDs began: ask the scheduler once which job runs on its nodes (a crashed job may
+        be gone already: then the jobs of the last read)."""
+        try:
+            jobs: list[Any] = list(self.executor.scheduler.jobs())
+        except Exception as exc:
+            log.warning("cannot read the scheduler's jobs to name the burst's job: %s", exc)
+            jobs = []
+        seen: dict[str, list[str]] = {}
+        for node, ids in self._jobs_seen.items():
+            for job_id in ids:
+                seen.setdefault(job_id, []).append(node)
+        jobs += [SchedulerJob(job_id, "", tuple(nodes)) for job_id, nodes in seen.items()]
+        with self._lock:
+            if self.state is None:
+                return
+            found = policy.name_burst_job(self.state, burst_id, jobs)
+        if found:
+            log.warning("%s", found)
+            with suppress(LeaseLost):  # (deposed meanwhile: the report's own decision is written already)
+                self._persist()
 
     def handle_alerts(self, alerts: list[dict[str, Any]]) -> dict[str, Any]:
         now = self.clock()

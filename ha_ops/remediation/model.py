@@ -6,7 +6,9 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, PrivateAttr
+
+from ha_ops.remediation.bursts import BurstTracker
 
 STATE_VERSION = 1
 
@@ -105,6 +107,23 @@ class Breaker(BaseModel):
     cordons: list[tuple[float, str]] = Field(default_factory=list)  # (when, node) the controller cordoned a node
 
 
+class BurstRecord(BaseModel):
+    """A burst of application XIDs across nodes: one job's fault (remediation/bursts.py)."""
+
+    id: str
+    started_at: float
+    last_at: float
+    nodes: int  # how many nodes (the names: `sample`, the first few)
+    sample: list[str] = Field(default_factory=list)
+    xids: list[int] = Field(default_factory=list)
+    job: str | None = None
+    spared: int = 0  # escalated reports from its nodes that did not take them out of service
+    message: str
+
+
+MAX_BURSTS = 50  # the latest bursts kept in the state
+
+
 class ControllerState(BaseModel):
     version: int = STATE_VERSION
     nodes: dict[str, NodeRecord] = Field(default_factory=dict)
@@ -118,6 +137,13 @@ class ControllerState(BaseModel):
     leading_since: float = 0.0  # when the current leader took over
     storage_alerts: dict[str, float] = Field(default_factory=dict)  # firing storage alerts -> since when
     monitoring_down_since: float | None = None  # when the controller's watch found Prometheus down
+    bursts: list[BurstRecord] = Field(default_factory=list)  # the latest MAX_BURSTS, oldest first
+    # The window of application-XID onsets: the leader's memory only (a new leader starts afresh).
+    _burst_tracker: BurstTracker = PrivateAttr(default_factory=BurstTracker)
+
+    @property
+    def burst_tracker(self) -> BurstTracker:
+        return self._burst_tracker
 
     def pending(self) -> list[Intent]:
         return [i for i in self.intents if i.status == "pending"]

@@ -24,9 +24,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ha_ops.monitoring.rules import alert_names
+from ha_ops.remediation import bursts
 from ha_ops.remediation.config import ControllerConfig
 from ha_ops.remediation.model import (
+    MAX_BURSTS,
     OUT_OF_SERVICE,
+    BurstRecord,
     ControllerState,
     Intent,
     IntentKind,
@@ -56,6 +59,7 @@ class Outcome:
     intents: list[Intent] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     ignored: str = ""
+    burst: str | None = None  # a burst of application XIDs began: its id (the controller names its job)
 
 
 @dataclass(frozen=True)
@@ -149,14 +153,108 @@ def on_report(state: ControllerState, report: Any, config: ControllerConfig, now
         at=now,
         gpus=critical_gpus,
     )
+    out = _watch_bursts(state, rec, report, config, now) if config.bursts.enabled else Outcome()
     if report.state == "unhealthy":
-        return take_out_of_service(state, rec, report.reason, str(report.action), critical_gpus, config, now, token)
+        if config.bursts.enabled and not rec.phase.out_of_service and bursts.only_application(report.findings):
+            _spare_or_hold(state, rec, report.reason, config, now, out)
+            return out
+        taken = take_out_of_service(state, rec, report.reason, str(report.action), critical_gpus, config, now, token)
+        taken.notes = out.notes + taken.notes
+        taken.burst = out.burst
+        return taken
     state.deferred.pop(rec.name, None)  # no longer reported unhealthy: nothing left to hold back
+    state.burst_tracker.release(rec.name)
     if rec.phase == NodePhase.HEALTHY and report.state in ("degraded", "unknown"):
         _set_phase(rec, NodePhase.SUSPECT, now, f"agent reports {report.state}: {report.reason}")
     elif rec.phase == NodePhase.SUSPECT and report.state == "healthy":
         _set_phase(rec, NodePhase.HEALTHY, now, "")
-    return Outcome()
+    return out
+
+
+# --- bursts of application XIDs across nodes (remediation/bursts.py) -------------------------------------------
+def _watch_bursts(
+    state: ControllerState, rec: NodeRecord, report: Any, config: ControllerConfig, now: float
+) -> Outcome:
+    """Feed the report's application-class XIDs to the burst window (O(1) per report)."""
+    out = Outcome()
+    tracker, cfg = state.burst_tracker, config.bursts
+    xids = bursts.application_xids(report.findings)
+    if not xids and rec.name not in tracker.reporting:
+        return out
+    learning = now - state.leading_since < config.report_fresh_s  # (see BurstTracker.observe)
+    new = tracker.observe(rec.name, xids, now, cfg.min_nodes, cfg.window_s, cfg.hold_s, cfg.max_events, learning)
+    if new is not None:
+        state.bursts.append(BurstRecord(**bursts.record_of(new)))
+        del state.bursts[:-MAX_BURSTS]
+        out.burst = new.id
+        out.notes.append(f"burst: {new.message()}; its nodes are not taken out of service for application XIDs")
+        for name in new.nodes:  # (once per burst) those whose escalation was held while it formed: spared
+            member = state.nodes.get(name)
+            last = member.last_report if member is not None else None
+            if (
+                member is not None
+                and last is not None
+                and last.state == "unhealthy"
+                and member.phase == NodePhase.HEALTHY
+            ):
+                _set_phase(member, NodePhase.SUSPECT, now, f"{last.reason} (spared: {new.message()})")
+    elif xids and tracker.burst is not None:
+        _sync_burst(state, tracker.burst)
+    return out
+
+
+def _sync_burst(state: ControllerState, burst: bursts.Burst) -> None:
+    if state.bursts and state.bursts[-1].id == burst.id:
+        record = state.bursts[-1]
+        for key, value in bursts.record_of(burst).items():
+            setattr(record, key, value)
+
+
+def _spare_or_hold(
+    state: ControllerState, rec: NodeRecord, reason: str, config: ControllerConfig, now: float, out: Outcome
+) -> None:
+    """An unhealthy report made only of application XIDs (escalated repeats): a node of a burst is spared (watched,
+    not taken out); another waits window_s, in case a burst is forming (on_tick then acts on it: _release_held)."""
+    tracker, cfg = state.burst_tracker, config.bursts
+    if tracker.spares(rec.name, now, cfg.hold_s):
+        assert tracker.burst is not None
+        _sync_burst(state, tracker.burst)
+        if rec.phase == NodePhase.HEALTHY:
+            _set_phase(rec, NodePhase.SUSPECT, now, f"{reason} (spared: {tracker.burst.message()})")
+        return
+    if rec.name not in tracker.held:
+        out.notes.append(f"{rec.name}: application XIDs only; waiting {cfg.window_s:g} s for a burst before acting")
+    tracker.hold(rec.name, now)
+
+
+def _release_held(state: ControllerState, config: ControllerConfig, now: float, token: int, out: Outcome) -> None:
+    """Escalated application-XID reports whose wait is over and that no burst took in: acted on as before."""
+    tracker = state.burst_tracker
+    if not tracker.held:
+        return
+    for name in tracker.due(now, config.bursts.window_s):
+        rec = state.nodes.get(name)
+        last = rec.last_report if rec is not None else None
+        if rec is None or last is None or last.state != "unhealthy" or rec.phase.out_of_service:
+            continue
+        if tracker.member(name, now, config.bursts.hold_s):
+            continue
+        taken = take_out_of_service(state, rec, last.reason, last.action, list(last.gpus), config, now, token)
+        out.intents += taken.intents
+        out.notes += taken.notes + ([taken.ignored] if taken.ignored else [])
+
+
+def name_burst_job(state: ControllerState, burst_id: str, jobs: list[Any]) -> str | None:
+    """The controller asked its scheduler (once per burst): name the job running on most of the burst's nodes.
+    Returns the finding to log, or None."""
+    burst = state.burst_tracker.burst
+    if burst is None or burst.id != burst_id or burst.job:
+        return None
+    burst.job = bursts.pick_job(burst.nodes, jobs)
+    if burst.job is None:
+        return None
+    _sync_burst(state, burst)
+    return f"burst: {burst.message()}"
 
 
 def on_alert(
@@ -312,6 +410,7 @@ def on_tick(
     out = Outcome()
     ladder = config.ladder
     _retry_deferred(state, config, now, token, out)
+    _release_held(state, config, now, token, out)
     for rec in state.nodes.values():
         slurm_state = views.get(rec.name, NodeView()).state
         if not slurm_state:
