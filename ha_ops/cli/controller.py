@@ -24,6 +24,11 @@ from ha_ops.security.tls import ReloadingContext, TlsFiles
 controller_app = typer.Typer(help="The remediation controller.", no_args_is_help=True)
 audit_app = typer.Typer(help="The controller's audit log.", no_args_is_help=True)
 
+# How long the controller leaves a drained node's GpuHealthy condition to the node's agent before writing it itself
+# (schedulers/k8s_conditions.py): longer than the agent's wait after an accepted report (unhealthy_jitter_s, 2 s by
+# default) and a sweep (1 s).
+CONDITION_GRACE_S = 3.0
+
 UrlOpt = typer.Option("http://127.0.0.1:8800", "--url", envvar="HA_OPS_CONTROLLER_URL", help="A controller's base URL.")
 
 
@@ -70,7 +75,8 @@ def make_scheduler(cfg: ControllerConfig) -> Scheduler:
         from ha_ops.schedulers.kubernetes import KubernetesOptions, KubernetesScheduler, client_from_kubeconfig
 
         k8s = cfg.kubernetes or KubernetesConfig()
-        options = KubernetesOptions(cfg.partition, k8s.default_drain_policy, k8s.eviction_timeout_s, watch_nodes=True)
+        options = KubernetesOptions(cfg.partition, k8s.default_drain_policy, k8s.eviction_timeout_s, watch_nodes=True,
+                                    condition_grace_s=CONDITION_GRACE_S)  # fmt: skip
         return KubernetesScheduler(client_from_kubeconfig(k8s.kubeconfig), options)
     from ha_ops.schedulers.slurm import Slurm
     from ha_ops.transport.local import LocalTransport

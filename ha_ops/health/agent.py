@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import random
 import signal
 import threading
 import time
@@ -109,6 +110,7 @@ class Agent:
         poster: Poster | None = None,
         clock: Callable[[], float] = time.time,
         condition: ConditionWriter | None = None,
+        rng: random.Random | None = None,
     ) -> None:
         self.config = config
         self.backend = backend
@@ -117,6 +119,8 @@ class Agent:
         self.clock = clock
         self.condition = condition
         self._condition_written_at: float | None = None  # None: to write (never written, or the last write failed)
+        self._condition_due: float | None = None  # a write waiting for its time (unhealthy_jitter_s)
+        self._rng = rng or random.Random()
         self.ledger = EventLedger()
         self.previous: dict[int, GpuSample] = {}
         self.collector = AgentCollector(config.node)
@@ -201,22 +205,31 @@ class Agent:
 
     # --- acting on the verdict ------------------------------------------------------------------------------
     def _act(self, verdict: Verdict, changed: bool, now: float) -> None:
-        if self.condition is not None:
-            self._write_condition(verdict, changed, now)
+        # The report first: it is what takes the node out of service. The node's condition follows: when a rack
+        # fails at once, the API server is busy, and the cordons must not queue behind the conditions.
         if self.poster is not None:
             self._report(verdict, changed, now)
         elif self.slurm is not None:
             self._slurm(verdict)
+        if self.condition is not None:
+            self._write_condition(verdict, changed, now)
 
     def _write_condition(self, verdict: Verdict, changed: bool, now: float) -> None:
-        written = self._condition_written_at
-        due = written is None or now - written >= self.config.kubernetes.refresh_s
-        if not (changed or due):
+        written, cfg = self._condition_written_at, self.config.kubernetes
+        if changed:
+            # A fault a controller has heard of (its report accepted): the controller's cordon goes to the API
+            # server first, and the condition after a random wait, so that a rack's agents do not all write at once.
+            heard = self.poster is not None and not self._report_pending
+            wait = cfg.unhealthy_jitter_s if verdict.state == HealthState.UNHEALTHY and heard else 0.0
+            self._condition_due = now + (self._rng.uniform(0.0, wait) if wait > 0 else 0.0)
+        elif written is None or now - written >= cfg.refresh_s:
+            self._condition_due = now if self._condition_due is None else min(self._condition_due, now)
+        if self._condition_due is None or now < self._condition_due:
             return
         try:
             assert self.condition is not None
             self.condition(verdict)
-            self._condition_written_at = now
+            self._condition_written_at, self._condition_due = now, None
         except Exception as exc:  # the API unreachable: the controller still hears the report; try next sweep
             self._condition_written_at = None
             log.warning("node condition not written: %s", exc)

@@ -52,6 +52,14 @@ class KubernetesCondition(ConfigModel):
     enabled: bool = False
     kubeconfig: Path | None = Field(None, description="None: the pod's service account (or $KUBECONFIG).")
     refresh_s: float = Field(60.0, gt=0, description="Write the condition again at least this often.")
+    unhealthy_jitter_s: float = Field(
+        2.0,
+        ge=0,
+        le=60,
+        description="When a controller has accepted the report of an unhealthy verdict, the condition waits a "
+        "random 0 to this many seconds: when a rack's agents all find a fault at once, the controller's cordons "
+        "reach the API server first (the cordon keeps work off the node; the condition says why).",
+    )
 
 
 class AgentConfig(ConfigModel):

@@ -56,6 +56,16 @@ class AuditHead:
     hash: str
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """Entries chained and not yet written: their lines, the head after them, their intents, the entries."""
+
+    text: str
+    head: AuditHead
+    intents: tuple[str, ...]
+    entries: tuple[dict[str, Any], ...]
+
+
 class AuditLog:
     def __init__(
         self,
@@ -77,6 +87,8 @@ class AuditLog:
         # append is fenced by the lease), so appends chain onto the head as written without reading the log again
         # (a ConfigMap log costs several reads of its last segment per check).
         self._sole_writer = False
+        self._prepared_head: AuditHead | None = None  # the head after the batches prepared and not yet written
+        self._prepared_intents: set[str] = set()
 
     @classmethod
     def at(cls, path: Path, key: bytes | None = None, sink: AuditShipper | None = None) -> AuditLog:
@@ -118,6 +130,7 @@ class AuditLog:
         problems = verify_text(self.text(), recorded, self.key)
         self._load()
         self._sole_writer = True
+        self._prepared_head, self._prepared_intents = None, set()  # (a term's own)
         if any(p.startswith("the controller's state records") for p in problems):
             self._head = recorded
         if self.sink is not None:  # what the predecessor appended but may not have shipped
@@ -131,8 +144,8 @@ class AuditLog:
         return self._head
 
     def intents_as_written(self) -> set[str]:
-        """intents(), under the same condition as head_as_written()."""
-        return self._intents
+        """intents(), under the same condition as head_as_written(), and those of the batches prepared."""
+        return self._intents | self._prepared_intents if self._prepared_intents else self._intents
 
     def append(
         self,
@@ -153,28 +166,53 @@ class AuditLog:
     def append_many(self, entries: list[dict[str, Any]]) -> AuditHead:
         """Several entries (each with the fields of `append`), chained in order and written in one append: a
         storm's actions cost one write of the log, not one each."""
-        head = self._head if self._sole_writer else self.head()
-        lines, intents, written = [], [], []
+        batch = self._chain(entries, self._head if self._sole_writer else self.head())
+        if batch is not None:
+            self._write(batch)
+        return self._head
+
+    def prepare(self, entries: list[dict[str, Any]]) -> Prepared | None:
+        """The sole writer's entries chained in memory, onto the last prepared (or written) head, to be written by
+        `write_prepared` in the order prepared: the controller chains under its state lock (the state records the
+        new head) and writes outside it, before the state that records them."""
+        assert self._sole_writer, "prepare() is for the lease holder, after resume()"
+        batch = self._chain(entries, self._prepared_head or self._head)
+        if batch is not None:
+            self._prepared_head = batch.head
+            self._prepared_intents.update(batch.intents)
+        return batch
+
+    def prepared_head(self) -> AuditHead:
+        """The head once every prepared batch is written (the head as written when none is waiting)."""
+        return self._prepared_head or self._head
+
+    def write_prepared(self, batch: Prepared) -> None:
+        self._write(batch)
+        if self._prepared_head == batch.head:
+            self._prepared_head = None  # (all written)
+
+    def _chain(self, entries: list[dict[str, Any]], head: AuditHead) -> Prepared | None:
+        lines, intents, chained = [], [], []
         for fields in entries:
             entry: dict[str, Any] = {"seq": head.seq + 1, **{k: fields.get(k) for k in ENTRY_FIELDS}, "prev": head.hash}
             if self.key is not None:
                 entry["mac"] = MAC
             entry["hash"] = _digest(entry, self.key)
             lines.append(json.dumps(entry, sort_keys=True) + "\n")
-            written.append(entry)
+            chained.append(entry)
             head = AuditHead(entry["seq"], entry["hash"])
             if entry["intent"]:
                 intents.append(str(entry["intent"]))
-        if not lines:
-            return head
-        self.documents.append(self.name, "".join(lines))
-        self._head = head
-        self._intents.update(intents)
+        return Prepared("".join(lines), head, tuple(intents), tuple(chained)) if lines else None
+
+    def _write(self, batch: Prepared) -> None:
+        self.documents.append(self.name, batch.text)
+        self._head = batch.head
+        self._intents.update(batch.intents)
         # (the sole writer knows what it wrote; anyone else notes the version, to see a later change underneath)
         self._seen = None if self._sole_writer else self.documents.version(self.name)
         if self.sink is not None:
-            self.sink.ship(written)
-        return self._head
+            self.sink.ship(list(batch.entries))
 
 
 def readable_entries(text: str) -> list[dict[str, Any]]:

@@ -13,7 +13,7 @@ import logging
 import signal
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from contextlib import suppress
@@ -25,7 +25,7 @@ from prometheus_client.registry import Collector
 
 from ha_ops.health.report import AgentReport
 from ha_ops.remediation import monitoring_watch, policy
-from ha_ops.remediation.audit import AuditHead, AuditLog, read_key
+from ha_ops.remediation.audit import AuditHead, AuditLog, Prepared, read_key
 from ha_ops.remediation.audit_sink import AuditShipper
 from ha_ops.remediation.config import ControllerConfig
 from ha_ops.remediation.documents import DirectoryDocuments, Documents
@@ -86,6 +86,10 @@ class Controller:
         self.token: int | None = None
         self._saved = ""  # the state as last written by this controller
         self._unaudited: list[dict[str, Any]] = []  # finished intents' audit entries, for the next flush
+        # Audit entries chained under the state lock (the state records their head) and written outside it, in
+        # order, before the state that records them (_write).
+        self._audit_queue: deque[Prepared] = deque()
+        self._flushing = threading.Lock()  # held by the background flush of run_pending's results
         self._lock = threading.RLock()
         self._commit_lock = threading.Lock()
         self._write_lock = threading.Lock()
@@ -173,8 +177,9 @@ class Controller:
                 return
             try:
                 self.lease.check(token)
-                self.audit.append(at=now, who=self._who(token), what="lease_step_down", node=None, why=why,
-                                  before="leader", after=f"released the lease for {better.id}")  # fmt: skip
+                self._unaudited.append({"at": now, "who": self._who(token), "what": "lease_step_down", "node": None,
+                                        "why": why, "before": "leader",
+                                        "after": f"released the lease for {better.id}"})  # fmt: skip
                 self._save()
             except (LeaseLost, OSError) as exc:
                 log.warning("stepping down without an audit entry: %s", exc)
@@ -200,6 +205,7 @@ class Controller:
         state.audit_problems = problems[:20]
         self.token, self.state, self._saved = token, state, ""
         self._durable_below = 0
+        self._audit_queue.clear()  # (the log was read afresh: what a past term left unwritten is not in it)
         self._unaudited = []  # a term's own: its predecessor's unwritten actions are checked again, by running them
         if problems:
             log.error("the audit log is not intact: %s", "; ".join(problems[:5]))
@@ -221,12 +227,13 @@ class Controller:
         first: the state records the log's head."""
         assert self.state is not None and self.token is not None
         if self._unaudited:
-            self.lease.check(self.token)  # a deposed leader writes no audit entry either
-            self.audit.append_many(self._unaudited)
+            batch = self.audit.prepare(self._unaudited)  # chained here; written by _write, before this state
             self._unaudited = []
-        # The log as this leader wrote it: it read the log when its term began, and nobody else writes while it
+            if batch is not None:
+                self._audit_queue.append(batch)
+        # The log as this leader writes it: it read the log when its term began, and nobody else writes while it
         # leads (every write is fenced); asking the documents would read the whole log at every save.
-        head = self.audit.head_as_written()
+        head = self.audit.prepared_head()
         self.state.audit_seq, self.state.audit_hash = head.seq, head.hash
         snapshot = state_text(self.state)
         if snapshot == self._saved:  # (an idle tick changes nothing: no write, no fsync)
@@ -237,11 +244,18 @@ class Controller:
         return Snapshot(self._snapshots, snapshot, self.token, self._decisions, self.state.next_intent)
 
     def _write(self, snap: Snapshot | None) -> None:
-        """Write a snapshot unless a later one was written meanwhile (writes may run outside the state lock)."""
-        if snap is None:
-            return
+        """Write the audit entries chained so far, then the snapshot unless a later one was written meanwhile
+        (writes run outside the state lock: decisions go on while the API or the shared storage answers)."""
         with self._write_lock:
-            if snap.seq <= self._written:
+            if self._audit_queue:
+                token = snap.token if snap is not None else self.token
+                if token is None:
+                    raise LeaseLost("not the leader")
+                self.lease.check(token)  # a deposed leader writes no audit entry either
+                while self._audit_queue:  # (in the order chained; a batch that fails stays first, for the next)
+                    self.audit.write_prepared(self._audit_queue[0])
+                    self._audit_queue.popleft()
+            if snap is None or snap.seq <= self._written:
                 return
             self.store.save_text(snap.text, snap.token)
             self._written, self._saved = snap.seq, snap.text
@@ -290,6 +304,22 @@ class Controller:
             self._decisions += 1
             mine = self._decisions
         self._commit(mine)
+
+    def _flush_in_background(self) -> None:
+        """_persist in a thread of its own, so that run_pending goes on starting actions while the results so far
+        are written (one such write at a time; the next flush or the end of run_pending writes what it missed)."""
+        if not self._flushing.acquire(blocking=False):
+            return
+
+        def flush() -> None:
+            try:
+                self._persist()
+            except Exception as exc:  # (deposed, or the storage away: the next write tries again)
+                log.warning("writing the actions' results: %s", exc)
+            finally:
+                self._flushing.release()
+
+        threading.Thread(target=flush, name="flush", daemon=True).start()
 
     def _arrivals(self) -> Future[None]:
         """A future that _wake resolves: run_pending waits on it beside its actions, so that a report's intents start
@@ -368,15 +398,9 @@ class Controller:
             self.lease.check(token)  # a deposed leader neither closes the breaker nor audits that it did
             was = state.breaker.reason
             state.breaker.open, state.breaker.reason, state.breaker.cordons = False, "", []
-            self.audit.append(
-                at=self.clock(),
-                who=self._who(token),
-                what="breaker_reset",
-                node=None,
-                why=f"reset by {by}",
-                before=was,
-                after="closed",
-            )
+            self._unaudited.append({"at": self.clock(), "who": self._who(token), "what": "breaker_reset",
+                                    "node": None, "why": f"reset by {by}", "before": was,
+                                    "after": "closed"})  # fmt: skip
             return policy.Outcome(notes=["circuit breaker closed"])
 
         return self._decide(decide)
@@ -462,8 +486,11 @@ class Controller:
                         blocked.add(i.node)
                     ready = self._within_limits(ready, [intent for intent, _ in running.values()])
                     new = any(not self._durable(i) for i in ready)
-                if new or (unwritten and (not running or time.monotonic() >= flush_at)):
-                    self._persist()  # the new intents (now durable), and the results so far
+                if new or (unwritten and not running):
+                    self._persist()  # the new intents (durable before they start), the results so far
+                    unwritten, flush_at = False, time.monotonic() + FLUSH_S
+                elif unwritten and time.monotonic() >= flush_at:
+                    self._flush_in_background()  # (the results of actions that look before they act: no hurry)
                     unwritten, flush_at = False, time.monotonic() + FLUSH_S
                 for intent in ready:
                     running[self._start(intent, token)] = (intent, token)
@@ -640,8 +667,8 @@ class Controller:
         with self._lock:
             if self.token != token:
                 return
-            self.audit.append(at=self.clock(), who=self._who(token), what=what, node=node, why=why, before=before,
-                              after=after)  # fmt: skip
+            self._unaudited.append({"at": self.clock(), "who": self._who(token), "what": what, "node": node,
+                                    "why": why, "before": before, "after": after})  # fmt: skip
             self._save()
 
     def _monitoring_loop(self) -> None:

@@ -46,7 +46,11 @@ MAX_BODY = 256 << 10  # a report of a node with 16 GPUs, each with findings, is 
 MAX_ALERTS_BODY = 32 << 20
 MAX_ALERTS = 20_000
 SOCKET_TIMEOUT_S = 10.0
-MAX_WORKERS = 64
+# A report's thread waits for the write that holds its decision (a group commit), so the pool must hold a storm's
+# reports at once: with 64, 150 agents reporting together were decided in three rounds of writes instead of one or
+# two (answered in 1.0 s at the median instead of 0.3-0.5 s). Each waiting thread costs little; a caller that holds
+# one without sending is dropped at SOCKET_TIMEOUT_S.
+MAX_WORKERS = 256
 
 
 class AlertmanagerAlert(BaseModel):

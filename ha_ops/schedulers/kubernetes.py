@@ -7,9 +7,10 @@ no code generated at import time (the official client imports ~600 modules: ~1.5
 
 What each call does to a node:
 - `drain`: cordon (spec.unschedulable), the taint `ha-ops.io/gpu-unhealthy=<reason>:NoSchedule` and the full reason
-  in the annotation `ha-ops.io/reason`, in one write; then the condition `GpuHealthy=False` (node-problem-detector
-  style), unless the node's agent has set it already. Work that
-  runs may finish: `requeue` evicts what may move, as on Slurm.
+  in the annotation `ha-ops.io/reason`, in one write. The condition `GpuHealthy=False` (node-problem-detector style)
+  is the node's agent's to write; the drain writes it where the agent has not: at once, or (the controller,
+  `condition_grace_s`) after a grace, from a ConditionKeeper (k8s_conditions.py) that writes after the cordons.
+  Work that runs may finish: `requeue` evicts what may move, as on Slurm.
 - `mark_down` (a lost node, after the controller's silence): the same taint with NoExecute as well, so Kubernetes
   evicts the node's pods at once instead of waiting for a node that will not confirm it.
 - `resume`: only a node ha-ops drained (its annotation): uncordon, taints gone, `GpuHealthy=True`.
@@ -46,6 +47,7 @@ from lightkube.types import PatchType
 
 from ha_ops.errors import HaOpsError
 from ha_ops.schedulers.base import REASON_PREFIX, SchedulerJob, SchedulerNode
+from ha_ops.schedulers.k8s_conditions import ConditionKeeper
 from ha_ops.schedulers.k8s_watch import PodCache, WatchCache
 
 log = logging.getLogger(__name__)
@@ -123,10 +125,10 @@ class NodeFacts:
         reason = (meta.get("annotations") or {}).get(REASON_ANNOTATION, "")
         cordoned = bool(spec.get("unschedulable"))
         if cordoned and reason.startswith(REASON_PREFIX):
-            # Nothing half-applied: ha-ops' drain is whole only with its taint and condition too; a cordon without
-            # them reads as not drained, so the (idempotent) drain runs again and repairs it.
-            tainted = any(t.get("key") == TAINT_KEY and t.get("effect") == "NoSchedule" for t in taints)
-            cordoned = tainted and conditions.get(CONDITION) == "False"
+            # Nothing half-applied: ha-ops' drain is whole only with its taint too; a cordon without it reads as not
+            # drained, so the (idempotent) drain runs again and repairs it. (The GpuHealthy condition is not part
+            # of it: the node's agent writes it, or the controller's ConditionKeeper after the cordons.)
+            cordoned = any(t.get("key") == TAINT_KEY and t.get("effect") == "NoSchedule" for t in taints)
         return cls(conditions.get("Ready") == "True", down, cordoned, reason)
 
     def sinfo_state(self, pods: int) -> str:
@@ -163,6 +165,13 @@ def pod_job(pod: dict[str, Any]) -> SchedulerJob | None:
     return SchedulerJob(f"{meta.get('namespace')}/{meta.get('name')}", state, (node,) if node else (), owner)
 
 
+def _needs_condition(node: dict[str, Any]) -> bool:
+    """Drained by ha-ops (cordoned, with its reason) and its GpuHealthy not False yet."""
+    reason = ((node.get("metadata") or {}).get("annotations") or {}).get(REASON_ANNOTATION, "")
+    cordoned = bool((node.get("spec") or {}).get("unschedulable"))
+    return cordoned and reason.startswith(REASON_PREFIX) and NodeFacts.condition(node) != "False"
+
+
 def jobs_of(pods: Iterable[dict[str, Any]]) -> list[SchedulerJob]:
     """The pods that are jobs (pod_job), bound to a node."""
     return [j for p in pods if (j := pod_job(p)) is not None and j.nodes]
@@ -188,14 +197,23 @@ def without_taint(taints: list[dict[str, Any]], key: str) -> list[dict[str, Any]
     return [t for t in taints if t.get("key") != key]
 
 
-def set_gpu_condition(client: Client, node: str, status: Literal["True", "False", "Unknown"], message: str) -> Node:
+def set_gpu_condition(
+    client: Client,
+    node: str,
+    status: Literal["True", "False", "Unknown"],
+    message: str,
+    resource_version: str | None = None,
+) -> Node:
     """The node's `GpuHealthy` condition (node-problem-detector style), merged by type into its status: the
-    controller sets it with a drain and a resume, the agent on the node as its verdict changes."""
+    controller sets it with a drain and a resume, the agent on the node as its verdict changes. With
+    `resource_version`, only on that version of the node (409 otherwise)."""
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     reason = {"True": "GpuHealthy", "False": "GpuUnhealthy", "Unknown": "GpuUnreadable"}[status]
     condition = {"type": CONDITION, "status": status, "reason": reason, "message": message[:1024] or reason,
                  "lastHeartbeatTime": now, "lastTransitionTime": now}  # fmt: skip
-    body = {"status": {"conditions": [condition]}}
+    body: dict[str, Any] = {"status": {"conditions": [condition]}}
+    if resource_version:
+        body["metadata"] = {"resourceVersion": resource_version}
     return client.patch(Node.Status, node, body, patch_type=PatchType.STRATEGIC)
 
 
@@ -211,6 +229,10 @@ class KubernetesOptions:
     # Node states and pod counts from watches (k8s_watch) instead of a list per call: for a long-running reader
     # that polls every node often (the remediation controller).
     watch_nodes: bool = False
+    # A drain's GpuHealthy condition: None, written in the drain (a short-lived caller: the CLI, a rollout); a
+    # number, left to the node's agent for that many seconds and then written by a ConditionKeeper where it has not
+    # (the remediation controller: in a storm the cordons go first).
+    condition_grace_s: float | None = None
 
 
 class KubernetesScheduler:
@@ -223,6 +245,10 @@ class KubernetesScheduler:
         self._pool_labels = {POOL_LABEL: self.options.pool} if self.options.pool else None
         self._node_cache = WatchCache(client, Node, self._pool_labels) if self.options.watch_nodes else None
         self._pod_cache = PodCache(client) if self.options.watch_nodes else None
+        grace = self.options.condition_grace_s
+        self._conditions = (
+            ConditionKeeper(self._seen, _needs_condition, self._write_condition, grace) if grace is not None else None
+        )
 
     # --- calls, retried ---------------------------------------------------------------------------------------
     def _call(self, what: str, fn: Callable[[], T]) -> T:
@@ -292,6 +318,17 @@ class KubernetesScheduler:
 
         return self._call(f"patch node {name}", attempt)
 
+    def _seen(self, name: str) -> dict[str, Any] | None:
+        try:
+            return self._node(name, fresh=False)
+        except UnknownNode:
+            return None
+
+    def _write_condition(self, name: str, reason: str, resource_version: str) -> None:
+        """The ConditionKeeper's write: False, on the version of the node it judged (no retries here: it judges the
+        node again and retries itself)."""
+        self._written(set_gpu_condition(self.client, name, "False", reason, resource_version))
+
     def _condition(self, name: str, healthy: bool, reason: str) -> None:
         status: Literal["True", "False"] = "True" if healthy else "False"
         self._written(self._call(f"set condition {CONDITION} on {name}",
@@ -329,14 +366,20 @@ class KubernetesScheduler:
                     "spec": {"unschedulable": True, "taints": taints}}  # fmt: skip
 
         written = self._write_node(name, change)
-        # On a Kubernetes node the agent sets GpuHealthy=False itself before it reports (health/agent.py), so in a
-        # storm the condition is usually there already: the cordon is the drain's one write. A node whose agent
-        # could not (a lost node, a drain from an alert) gets it here.
-        if NodeFacts.condition(written) != "False":
+        # On a Kubernetes node the agent sets GpuHealthy=False itself, right after its report (health/agent.py):
+        # the cordon is the drain's one write, and the condition is written here only where the agent has not (a
+        # lost node, a drain after an alert): at once, or by the ConditionKeeper after the storm's cordons.
+        if NodeFacts.condition(written) == "False":
+            return
+        if self._conditions is not None:
+            self._conditions.ensure(name, full)
+        else:
             self._condition(name, False, full)
 
     def mark_down(self, name: str, reason: str) -> None:
         self.drain(name, reason)
+        if NodeFacts.condition(self._node(name, fresh=False)) != "False":
+            self._condition(name, False, reason)  # (its agent is silent: nobody else will)
         self._write_node(
             name,
             lambda node: {
@@ -364,7 +407,7 @@ class KubernetesScheduler:
         return self._pods_on()
 
     def jobs_on(self, node: str) -> list[SchedulerJob]:
-        self._node(node)  # an unknown node is an error, not "no jobs"
+        self._node(node, fresh=False)  # an unknown node is an error, not "no jobs" (the pods are read afresh)
         return self._pods_on(node)
 
     def _pod(self, job_id: str) -> dict[str, Any] | None:

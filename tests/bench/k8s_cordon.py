@@ -2,13 +2,14 @@
 
 The lab's Kubernetes with 1,500 KWOK GPU nodes (examples/lab.yaml's 4 and 1,496 more) and the remediation controller
 as a process (`ha-ops controller run`, the Kubernetes scheduler, its Lease and state in the API, the layer's
-defaults otherwise). A load generator does what 150 (then 375) agents would do on finding an XID 79: each sets its
-node's GpuHealthy condition to False and posts one report, all at once, or each after a random 0-30 s delay
-(NVSentinel's stagger). A watch on the Nodes records when each node reads unschedulable in the API.
+defaults otherwise). A load generator does what 150 (then 375) agents would do on finding an XID 79: each posts one
+report and then, as the agent does once a controller accepted it, sets its node's GpuHealthy condition to False after
+a random 0-2 s (the agent's `unhealthy_jitter_s`: the controller's cordons reach the API server first); all at once,
+or each after a random 0-30 s delay (NVSentinel's stagger). A watch on the Nodes records when each node reads
+unschedulable in the API.
 
-Fault-to-cordon here is from the moment the agent acts (before its condition write and its report) to the cordon
-being visible in the API. The agent's own detection is measured apart (tests/bench/agent_drain.py: within one 1 s
-sweep).
+Fault-to-cordon here is from the moment the agent acts (its report leaves it) to the cordon being visible in the
+API. The agent's own detection is measured apart (tests/bench/agent_drain.py: within one 1 s sweep).
 
 The safety limits are set to allow the storm (a real storm of this size trips the breaker by default, on purpose):
     safety: {breaker_max_nodes: 400, breaker_max_fraction: 0.3, max_cordons_per_minute: 1000}
@@ -43,6 +44,7 @@ from lightkube import Client
 from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import ConfigMap, Node
 
+from ha_ops.health.config import KubernetesCondition
 from ha_ops.lab import kubernetes
 from ha_ops.lab.cluster import Lab
 from ha_ops.lab.paths import LabPaths
@@ -56,6 +58,7 @@ NAME = "benchcordon"
 NAMESPACE = "default"
 SAFETY = {"breaker_max_nodes": 400, "breaker_max_fraction": 0.3, "max_cordons_per_minute": 1000}
 STAGGER_S = 30.0
+CONDITION_JITTER_S = KubernetesCondition().unhealthy_jitter_s  # the agent's default
 PARALLEL = 16  # drains at once: the default
 
 
@@ -120,16 +123,21 @@ def one_run(lab: Lab, api: Client, nodes: list[str], failing: int, stagger: bool
         watcher.start()
         time.sleep(1.0)  # the watch established
         sent: dict[str, float] = {}
+        conditioned: dict[str, float] = {}  # each agent's condition written
+        answered: dict[str, float] = {}  # its report answered (the decision written)
         start = time.time()
 
         def agent(node: str) -> None:
-            # As the agent on a Kubernetes node acts on a fault (health/agent.py): its node's GpuHealthy condition
-            # first, then the report. The fault-to-cordon time counts from before the condition's write.
+            # As the agent on a Kubernetes node acts on a fault (health/agent.py): its report, then, the report
+            # accepted, its node's GpuHealthy condition after a random 0-unhealthy_jitter_s.
             time.sleep(max(0.0, start + delays[node] - time.time()))
             sent[node] = time.time()
             body = report(node, 1, True).model_copy(update={"agent_id": f"agent-{node}", "sent_at": time.time()})
-            set_gpu_condition(api, node, "False", body.reason)
             post(f"{url}/v1/reports", body.model_dump_json().encode())
+            answered[node] = time.time()
+            time.sleep(random.uniform(0.0, CONDITION_JITTER_S))
+            set_gpu_condition(api, node, "False", body.reason)
+            conditioned[node] = time.time()
 
         with ThreadPoolExecutor(max_workers=failing) as pool:
             list(pool.map(agent, victims))
@@ -141,6 +149,9 @@ def one_run(lab: Lab, api: Client, nodes: list[str], failing: int, stagger: bool
             "p50": percentile(latencies, 0.5), "p90": percentile(latencies, 0.9), "p99": percentile(latencies, 0.99),
             "mean": statistics.fmean(latencies), "rate": failing / (last - first) if not stagger else 0.0,
             "span": last - first,
+            "condition_p50": percentile([conditioned[n] - sent[n] for n in victims], 0.5),
+            "answered_p50": percentile([answered[n] - sent[n] for n in victims], 0.5),
+            "answered_p99": percentile([answered[n] - sent[n] for n in victims], 0.99),
         }  # fmt: skip
     finally:
         proc.terminate()
@@ -195,6 +206,8 @@ def main() -> None:
     parser.add_argument("--failing", type=int, nargs="+", default=[150, 375])
     parser.add_argument("--keep", action="store_true", help="leave the lab up (and reuse one that is)")
     parser.add_argument("--parallel", type=int, default=PARALLEL, help="the controller's parallel_actions")
+    parser.add_argument("--arrival", choices=("both", "at-once", "stagger"), default="both",
+                        help="the reports all at once, over 0-30 s, or both (the default)")  # fmt: skip
     args = parser.parse_args()
     spec = lab_spec(NAME)
     gpu_nodes = sum(p.count for p in spec.pools)
@@ -212,14 +225,15 @@ def main() -> None:
             nodes = sorted(kubernetes.ready_nodes(api))
             print(api_alone(api, nodes, 150), flush=True)
             for failing in args.failing:
-                for stagger in (True, False):
+                for stagger in {"both": (True, False), "at-once": (False,), "stagger": (True,)}[args.arrival]:
                     r = one_run(lab, api, nodes, failing, stagger, tmp, args.parallel)
                     results[(failing, stagger)] = r
                     what = "0-30 s stagger" if stagger else "all at once"
                     rate = f", {r['rate']:.0f} nodes/s" if not stagger else ""
                     print(f"  {failing}/{len(nodes)} {what}: p50 {r['p50']:.2f} s p90 {r['p90']:.2f} s "
-                          f"p99 {r['p99']:.2f} s{rate} (last cordon {r['span']:.1f} s after the first report)",
-                          flush=True)  # fmt: skip
+                          f"p99 {r['p99']:.2f} s{rate} (last cordon {r['span']:.1f} s after the first report; "
+                          f"the agents' condition written p50 {r['condition_p50']:.2f} s, their reports answered "
+                          f"p50 {r['answered_p50']:.2f} s p99 {r['answered_p99']:.2f} s)", flush=True)  # fmt: skip
     finally:
         if not args.keep:
             down_or_exit(lab)

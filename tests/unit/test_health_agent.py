@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import random
 import socket
 import threading
 import time
@@ -776,3 +777,44 @@ def test_the_node_condition_is_written_on_each_change_and_refreshed_and_a_failed
     clock.tick(61)
     sweep(agent)
     assert written[-1] == HealthState.UNHEALTHY and len(written) == 3  # refreshed
+
+
+class FixedJitter(random.Random):
+    def uniform(self, a: float, b: float) -> float:
+        return min(b, 1.5)
+
+
+@pytest.mark.parametrize("controller_hears", [True, False])
+def test_an_unhealthy_condition_waits_its_jitter_after_an_accepted_report_and_not_otherwise(
+    gpus: FakeGpus, controller_hears: bool
+) -> None:
+    """The report first; then, if a controller accepted it (its cordon is on the way), the condition after a random
+    0-unhealthy_jitter_s (here 1.5 s), so that a rack's agents do not all write to the API server with the cordons.
+    With no controller to hear it, the condition is the only word: written at once. Healthy again: at once."""
+    clock, events = Clock(), []
+
+    def poster(report: Any) -> None:
+        if not controller_hears:
+            raise ConnectionRefusedError("no controller")
+        events.append(("report", report.state))
+
+    cfg = config(gpus, slurm={"enabled": False}, kubernetes={"enabled": True, "unhealthy_jitter_s": 2.0})
+    agent = Agent(cfg, FakeBackend(gpus.directory), poster=poster, clock=clock,  # type: ignore[arg-type]
+                  condition=lambda verdict: events.append(("condition", verdict.state)), rng=FixedJitter())  # fmt: skip
+    sweep(agent)
+    events.clear()
+    gpus.fall_off_bus(1)
+    sweep(agent)
+    if not controller_hears:
+        assert events == [("condition", HealthState.UNHEALTHY)]
+        return
+    assert events == [("report", HealthState.UNHEALTHY)]  # the condition waits
+    clock.tick(1.0)
+    sweep(agent)
+    assert ("condition", HealthState.UNHEALTHY) not in events
+    clock.tick(0.6)
+    sweep(agent)
+    assert events[-1] == ("condition", HealthState.UNHEALTHY)
+    gpus.clear()
+    sweep(agent)
+    assert events[-2:] == [("report", HealthState.HEALTHY), ("condition", HealthState.HEALTHY)]
