@@ -26,8 +26,9 @@ from typing import Any
 
 import numpy as np
 
+from ha_ops.plan.checkpoint import daly_interval
 from ha_ops.plan.failures import DAY, PATHS, CauseRate, Kind, RecoveryPath
-from ha_ops.plan.presets import KindTiming
+from ha_ops.plan.presets import KindTiming, Preset
 
 PARTS = ("rework", "detection", "recovery", "spare wait", "restart", "checkpoint writes")
 
@@ -207,6 +208,22 @@ def mean_mtbf_s(mix: tuple[CauseRate, ...], gpus: int) -> float:
     return 1.0 / (gpus * sum(c.per_gpu_s for c in mix))
 
 
+def preset_scenario(preset: Preset, mix: tuple[CauseRate, ...]) -> Scenario:
+    """The preset's cluster as it stands (its GPUs, days, costs, spares and timings), checkpointing at Daly's
+    interval for the mix's MTBF."""
+    return Scenario(
+        gpus=preset.gpus,
+        days=preset.days,
+        checkpoint_interval_s=daly_interval(mean_mtbf_s(mix, preset.gpus), preset.checkpoint_cost_s),
+        checkpoint_cost_s=preset.checkpoint_cost_s,
+        restart_s=preset.restart_s,
+        spares=preset.spares_for(preset.gpus, preset.gpus_per_node),
+        timing=preset.timing,
+        mix=mix,
+        gpus_per_node=preset.gpus_per_node,
+    )
+
+
 def scenario_dict(s: Scenario) -> dict[str, Any]:
     return {
         "gpus": s.gpus,
@@ -247,6 +264,7 @@ __all__ = [
     "SimResult",
     "compare",
     "mean_mtbf_s",
+    "preset_scenario",
     "result_dict",
     "scenario_dict",
     "simulate",

@@ -18,10 +18,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from ha_ops.plan.checkpoint import daly_interval
 from ha_ops.plan.failures import FLEETS, failure_mix
 from ha_ops.plan.presets import PRESETS
-from ha_ops.plan.simulate import Scenario, mean_mtbf_s, simulate
+from ha_ops.plan.simulate import preset_scenario, simulate
 
 
 def main() -> None:
@@ -31,17 +30,7 @@ def main() -> None:
     args = parser.parse_args()
     preset = PRESETS["llama3-16k"]
     mix = failure_mix(FLEETS[preset.fleet])
-    scenario = Scenario(
-        gpus=preset.gpus,
-        days=preset.days,
-        checkpoint_interval_s=daly_interval(mean_mtbf_s(mix, preset.gpus), preset.checkpoint_cost_s),
-        checkpoint_cost_s=preset.checkpoint_cost_s,
-        restart_s=preset.restart_s,
-        spares=preset.spares_for(preset.gpus, preset.gpus_per_node),
-        timing=preset.timing,
-        mix=mix,
-        gpus_per_node=preset.gpus_per_node,
-    )
+    scenario = preset_scenario(preset, mix)
     times = []
     for run in range(args.runs):
         start = time.perf_counter()

@@ -10,27 +10,16 @@ import dataclasses
 import numpy as np
 import pytest
 
-from ha_ops.plan.checkpoint import daly_interval
 from ha_ops.plan.ettr import ettr_kokolis
 from ha_ops.plan.failures import DAY, FLEETS, PATHS, failure_mix
 from ha_ops.plan.presets import PRESETS, KindTiming, Preset
-from ha_ops.plan.simulate import Scenario, compare, mean_mtbf_s, result_dict, simulate
+from ha_ops.plan.simulate import Scenario, compare, mean_mtbf_s, preset_scenario, result_dict, simulate
 
 MIX = failure_mix()
 
 
 def scenario(preset: Preset, **changes: object) -> Scenario:
-    base = Scenario(
-        gpus=preset.gpus,
-        days=preset.days,
-        checkpoint_interval_s=daly_interval(mean_mtbf_s(MIX, preset.gpus), preset.checkpoint_cost_s),
-        checkpoint_cost_s=preset.checkpoint_cost_s,
-        restart_s=preset.restart_s,
-        spares=preset.spares_for(preset.gpus, preset.gpus_per_node),
-        timing=preset.timing,
-        mix=MIX,
-    )
-    return dataclasses.replace(base, **changes)
+    return dataclasses.replace(preset_scenario(preset, MIX), **changes)
 
 
 def run(s: Scenario, replications: int = 200, seed: int = 7):
