@@ -39,12 +39,14 @@ def holding(api: SlowApi) -> KubernetesLease:
 
 
 def test_thirty_concurrent_checks_share_a_few_reads() -> None:
-    api = SlowApi("ctl1", 4, delay=0.05)
+    api = SlowApi("ctl1", 4, delay=0.2)
     lease = holding(api)
     errors: list[BaseException] = []
+    together = threading.Barrier(30)  # (all checks begin at once, however slowly a loaded machine starts threads)
 
     def check() -> None:
         try:
+            together.wait(10)
             lease.check(4)
         except BaseException as exc:  # (collected: a thread's exception would be lost)
             errors.append(exc)
