@@ -1,9 +1,11 @@
 """The ha-ops alert rules (ha_ops.monitoring.rules): the file the monitoring role ships is exactly what
-`ha-ops monitoring rules` renders, every cluster alert exists, and the lab keeps its own group. Where promtool is
-installed, it checks the file and runs the rule unit tests beside it."""
+`ha-ops monitoring rules` renders, every cluster alert exists, the lab keeps its own group, and every alert says what
+it means and links the runbook for its failure. Where promtool is installed, it checks the file (also with another
+runbook base) and runs the rule unit tests beside it."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -12,10 +14,22 @@ import pytest
 import yaml
 
 from ha_ops.lab import monitoring as lab_monitoring
-from ha_ops.monitoring.rules import CLUSTER_GROUP, LAB_GROUP, render_rules, rules_yaml
+from ha_ops.monitoring.rules import (
+    CLUSTER_GROUP,
+    LAB_GROUP,
+    RUNBOOK_BASE,
+    RUNBOOKS,
+    alert_names,
+    render_rules,
+    rules_yaml,
+    runbook_url,
+)
+from ha_ops.remediation.server import AlertmanagerAlert
+from ha_ops.runbooks.verify import load_runbook
 from tests.unit.cli_helpers import run_main
 
-FILES = Path(__file__).resolve().parents[2] / "roles" / "monitoring" / "files"
+REPO = Path(__file__).resolve().parents[2]
+FILES = REPO / "roles" / "monitoring" / "files"
 SHIPPED = FILES / "ha-ops-rules.yml"
 RULE_TESTS = FILES / "ha-ops-rules.test.yml"
 
@@ -37,6 +51,10 @@ LAB_ALERTS = [
 
 def group(name: str) -> dict:
     return next(g for g in render_rules()["groups"] if g["name"] == name)
+
+
+def every_rule(rules: dict | None = None) -> list[dict]:
+    return [r for g in (rules or render_rules())["groups"] for r in g["rules"]]
 
 
 def test_the_role_ships_exactly_the_rendered_rules() -> None:
@@ -87,8 +105,67 @@ def test_cli_writes_a_file_and_picks_groups(monkeypatch: pytest.MonkeyPatch, tmp
     assert run_main(monkeypatch, "monitoring", "rules", "--group", "nope") == 2
 
 
+def test_every_alert_says_what_it_means_and_links_its_runbook() -> None:
+    rules = every_rule()
+    assert {r["alert"] for r in rules} == set(RUNBOOKS) == alert_names()
+    for rule in rules:
+        name, annotations = rule["alert"], rule["annotations"]
+        assert set(annotations) == {"summary", "description", "runbook_url"}, name
+        assert len(annotations["description"]) > len(annotations["summary"]), f"{name}: a description says more"
+        assert annotations["description"].count("{{") == annotations["description"].count("}}"), name
+        url = annotations["runbook_url"]
+        assert url == f"{RUNBOOK_BASE}{RUNBOOKS[name]}" == f"runbooks/{RUNBOOKS[name]}", name
+        runbook = REPO / url
+        assert runbook.is_file(), f"{name}: {url} is not a file of runbooks/"
+        assert load_runbook(runbook)[0].id == runbook.stem, f"{name}: {url} is not a runbook"
+
+
+def test_every_alert_fits_the_controllers_webhook() -> None:
+    """Alertmanager posts every alert, annotations and all, to the remediation controllers' webhook, which refuses
+    the whole notification when one annotation is over its bound: each stays under it with every templated value
+    as long as a host name and port may be, and a long runbook base."""
+    long = "x" * 260
+    for rule in every_rule(render_rules(runbook_base="https://" + "w" * 200 + "/runbooks/")):
+        annotations = {k: re.sub(r"\{\{[^}]*\}\}", long, v) for k, v in rule["annotations"].items()}
+        alert = {"status": "firing", "labels": {"alertname": rule["alert"]}, "annotations": annotations}
+        assert AlertmanagerAlert.model_validate(alert).annotations == annotations, rule["alert"]
+
+
+def test_the_runbook_base_can_be_chosen() -> None:
+    base = "https://runbooks.example.org/ha-ops/runbooks"
+    for given in (base, base + "/"):
+        rules = every_rule(render_rules(runbook_base=given))
+        assert {r["annotations"]["runbook_url"] for r in rules} == {f"{base}/{f}" for f in RUNBOOKS.values()}
+    assert runbook_url("HaOpsGpuUnhealthy") == "runbooks/gpu-failure.md"
+    assert runbook_url("HaOpsNodeDown", "") == "node-loss.md"
+    # Only the links change.
+    moved = every_rule(render_rules(runbook_base=base))
+    for rule, before in zip(moved, every_rule(), strict=True):
+        assert rule["annotations"].pop("runbook_url") != before["annotations"].pop("runbook_url")
+        assert rule == before
+
+
+def test_cli_takes_a_runbook_base(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    out = tmp_path / "rules.yml"
+    base = "https://wiki.example.org/ha-ops/"
+    assert run_main(monkeypatch, "monitoring", "rules", "--runbook-base", base, "--out", str(out)) == 0
+    assert out.read_text() == rules_yaml(runbook_base=base)
+    assert {r["annotations"]["runbook_url"] for r in every_rule(yaml.safe_load(out.read_text()))} == {
+        base + f for f in RUNBOOKS.values()
+    }
+
+
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool (Debian prometheus) is not installed")
 def test_promtool_accepts_the_rules_and_their_unit_tests_pass() -> None:
     for args in (["check", "rules", SHIPPED.name], ["test", "rules", RULE_TESTS.name]):
         done = subprocess.run(["promtool", *args], cwd=FILES, capture_output=True, text=True, timeout=60)
         assert done.returncode == 0, done.stdout + done.stderr
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool (Debian prometheus) is not installed")
+def test_promtool_accepts_the_rules_with_another_runbook_base(tmp_path: Path) -> None:
+    rendered = tmp_path / "rules.yml"
+    rendered.write_text(rules_yaml(runbook_base="https://wiki.example.org/ha-ops/runbooks/"))
+    done = subprocess.run(["promtool", "check", "rules", str(rendered)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"SUCCESS: {len(RUNBOOKS)} rules found" in done.stdout, done.stdout
