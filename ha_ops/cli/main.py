@@ -45,6 +45,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "gpu": ("ha_ops.cli.gpu", "app", "GPU operations on this node."),
     "controller": ("ha_ops.cli.controller", "controller_app", "The remediation controller."),
     "audit": ("ha_ops.cli.controller", "audit_app", "The controller's audit log."),
+    "fleet": ("ha_ops.cli.fleet", "app", "The fleet's reliability history: incidents, MTBI, lemon nodes, tiers."),
     "storage": ("ha_ops.cli.storage", "app", "The cluster's replicated storage (MooseFS)."),
     "monitoring": ("ha_ops.cli.monitoring", "app", "The cluster's monitoring (Prometheus and Alertmanager)."),
     "chaos": ("ha_ops.cli.chaos", "app", "Chaos experiments (Chaos Toolkit) against a cluster: the lab or your own."),

@@ -62,6 +62,48 @@ class Bursts(ConfigModel):
     max_events: int = Field(4096, ge=16, description="Most onsets kept in the window (memory bound).")
 
 
+DAY_S = 86400.0
+
+
+class Lemon(ConfigModel):
+    """Lemon nodes: a node with `incidents` incidents within `window_s` is held for replacement at the end of an
+    episode instead of being returned (remediation/history.py, docs/fleet.md).
+
+    The defaults are a starting point, not a law. Meta's Research SuperCluster found that a few nodes cause a large
+    share of repeated failures and that removing them ("lemon node detection", from each node's failure history) cut
+    the failure rate of large jobs from 14% to 4% (Kokolis et al., "Revisiting Reliability in Large-Scale Machine
+    Learning Research Clusters", HPCA 2025, arXiv:2410.21680). Three incidents in 30 days is far above what a healthy
+    GPU node sees (a node MTBF of months to years at those fleets' rates), so it names repeat offenders while one bad
+    week of a sound node does not; tune it to your fleet's own MTBI (`ha-ops fleet history`)."""
+
+    enabled: bool = True
+    incidents: int = Field(3, ge=2, description="Incidents within the window that make a node a lemon.")
+    window_s: float = Field(30 * DAY_S, gt=0, description="The window (seconds; 30 days by default).")
+
+
+class Fleet(ConfigModel):
+    """The fleet's reliability history (remediation/history.py): MTBI, tiers and their publication."""
+
+    mtbi_window_s: float = Field(90 * DAY_S, gt=0, description="MTBI is estimated over this window (seconds).")
+    tier_window_s: float = Field(
+        30 * DAY_S,
+        gt=0,
+        description="A node's tier counts its incidents within this: none reliable, one standard, more suspect.",
+    )
+    publish_tiers: bool = Field(
+        True,
+        description="Publish each node's tier to the scheduler when it changes (Slurm: Weight and the feature "
+        "`reliable`; Kubernetes: the label ha-ops.io/reliability-tier).",
+    )
+    max_incidents_per_node: int = Field(20, ge=2, description="Each node's latest incidents kept in the state.")
+    max_incidents: int = Field(
+        1000,
+        ge=10,
+        description="Incidents kept in the state in all (the oldest dropped first): the state is written at every "
+        "commit, and on Kubernetes it is one ConfigMap (at most 1 MiB).",
+    )
+
+
 class NodeAccess(ConfigModel):
     """How the controller reaches a node: ssh with verified host keys, and the commands for each repair step."""
 
@@ -232,6 +274,8 @@ class ControllerConfig(ConfigModel):
     safety: Safety = Safety()
     ladder: Ladder = Ladder()
     bursts: Bursts = Bursts()
+    lemon: Lemon = Lemon()
+    fleet: Fleet = Fleet()
     access: NodeAccess = NodeAccess()
     slurm_timeout_s: float = 10.0
     node_poll_s: float = Field(2.0, gt=0, description="How often Slurm's node states are read (lost nodes).")
@@ -249,6 +293,11 @@ class ControllerConfig(ConfigModel):
         k8s = self.kubernetes
         if self.state_dir is None and (k8s is None or k8s.lease is None or k8s.state is None):
             raise ValueError("state_dir is required unless kubernetes.lease and kubernetes.state keep it in the API")
+        if self.lemon.enabled and self.fleet.max_incidents_per_node < self.lemon.incidents:
+            raise ValueError(
+                f"fleet.max_incidents_per_node ({self.fleet.max_incidents_per_node}) is under lemon.incidents "
+                f"({self.lemon.incidents}): a lemon could never be found"
+            )
         key, shared = self.audit_key_file, self.state_dir
         if key is not None and shared is not None and key.resolve().is_relative_to(shared.resolve()):
             raise ValueError(f"audit_key_file: {key} is on the shared storage (state_dir {shared}), beside the log")

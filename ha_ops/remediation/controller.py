@@ -5,6 +5,8 @@ Threads: the lease thread publishes this controller's view (view.py) and renews 
 into decisions under the state lock and answer once they are written (one write for all the decisions made while the
 last write was under way); the main loop ticks the policy and runs pending intents, several nodes' at once, each
 behind the fencing check. State lives on shared storage, so the next leader continues where the last one stopped.
+Reliability tiers (history.py) are published to the scheduler in a thread of their own, a few at a time, when a node's
+tier changes: a scheduler call that fails is logged and tried again later, and never holds up or fails an episode.
 """
 
 from __future__ import annotations
@@ -20,11 +22,11 @@ from contextlib import suppress
 from typing import Any, NamedTuple
 
 from prometheus_client import CollectorRegistry
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from ha_ops.health.report import AgentReport
-from ha_ops.remediation import monitoring_watch, policy
+from ha_ops.remediation import history, monitoring_watch, policy
 from ha_ops.remediation.audit import AuditHead, AuditLog, Prepared, read_key
 from ha_ops.remediation.audit_sink import AuditShipper
 from ha_ops.remediation.config import ControllerConfig
@@ -45,6 +47,10 @@ STOP_GRACE_S = 10.0  # how long a stopping controller waits for the actions unde
 # Actions that look at the real state first and do nothing twice (executor.py): their results may wait for their
 # wave's write. Any other (a GPU reset, a reboot, a validation) is written as soon as it ends.
 IDEMPOTENT = frozenset({"drain", "resume", "requeue_jobs", "spare_in", "spare_out"})
+TIERS_PER_ROUND = 32  # reliability tiers published per round (never a storm of scheduler writes)
+TIER_RETRY_S = 60.0  # a tier the scheduler refused is tried again after this
+# The MTBI histogram's buckets: hours to months.
+MTBI_BUCKETS_S = tuple(h * 3600.0 for h in (1, 6, 12, 24, 48, 96, 168, 336, 720, 1440, 2160))
 
 
 class Snapshot(NamedTuple):
@@ -114,6 +120,9 @@ class Controller:
         self.fence = FenceWatch(config.slurm_fence.after_s)
         # The last `scontrol ping` the fence watch read, [(host, "UP" | "DOWN")], exported as ha_ops_slurm_controller_up
         self.slurm_controllers: list[tuple[str, str]] = []
+        self._publishing = threading.Lock()  # held by the round of tier publications under way
+        self._tier_thread: threading.Thread | None = None
+        self._tier_retry: dict[str, float] = {}  # node -> when its refused tier is tried again (this leader's memory)
         self.registry = CollectorRegistry()
         self.registry.register(_Metrics(self))
 
@@ -456,6 +465,93 @@ class Controller:
             policy.compact(self.state)
         self._persist()  # (outside the lock: reports are decided while it is written)
         self.run_pending()
+        self._publish_tiers_in_background()
+
+    # --- reliability tiers (history.py) -----------------------------------------------------------------------
+    def _tier_publisher(self) -> Callable[[str, str], None] | None:
+        """The scheduler's set_reliability, unless tiers are not published (the config, shadow mode, or a scheduler
+        without it)."""
+        if not self.config.fleet.publish_tiers or self.config.safety.dry_run:
+            return None
+        return getattr(self.executor.scheduler, "set_reliability", None)
+
+    def _due_tiers(self) -> list[tuple[str, str, str, str, int]]:
+        """(node, tier, why, tier before, token) for the nodes whose tier changed, a round's worth (one pass)."""
+        with self._lock:
+            if self.state is None or self.token is None:
+                return []
+            now, token = self.clock(), self.token
+            changes = history.tier_changes(self.state.nodes.values(), now, self.config.fleet, self.config.lemon)
+            due = [(rec.name, tier, why, rec.tier, token) for rec, tier, why in changes
+                   if self._tier_retry.get(rec.name, 0.0) <= now]  # fmt: skip
+        return due[:TIERS_PER_ROUND]
+
+    def _publish_tiers_in_background(self) -> None:
+        """A round of tier publications in a thread of its own (one round at a time): a slow or hung scheduler
+        delays tiers, never the decisions or the actions."""
+        publish = self._tier_publisher()
+        if publish is None or not self._publishing.acquire(blocking=False):
+            return
+        try:
+            due = self._due_tiers()
+        except BaseException:
+            self._publishing.release()
+            raise
+        if not due:
+            self._publishing.release()
+            return
+
+        def round_() -> None:
+            try:
+                self._publish_tiers(publish, due)
+            except Exception as exc:
+                log.warning("publishing reliability tiers: %s", exc)
+            finally:
+                self._publishing.release()
+
+        self._tier_thread = threading.Thread(target=round_, name="tiers", daemon=True)
+        self._tier_thread.start()
+
+    def publish_tiers(self) -> int:
+        """One round of tier publications in this thread (tests; the loop uses the background round). Returns how
+        many were published."""
+        publish = self._tier_publisher()
+        return self._publish_tiers(publish, self._due_tiers()) if publish is not None else 0
+
+    def _publish_tiers(self, publish: Callable[[str, str], None], due: list[tuple[str, str, str, str, int]]) -> int:
+        done = []
+        for name, tier, why, before, token in due:
+            try:
+                self.lease.check(token)  # a deposed leader publishes nothing
+            except LeaseLost:
+                return 0
+            try:
+                publish(name, tier)
+            except Exception as exc:
+                log.warning("reliability tier %s of %s not published (again in %g s): %s", tier, name,
+                            TIER_RETRY_S, exc)  # fmt: skip
+                with self._lock:
+                    self._tier_retry[name] = self.clock() + TIER_RETRY_S
+                continue
+            log.info("%s: reliability tier %s (%s)", name, tier, why)
+            done.append((name, tier, why, before, token))
+        if not done:
+            return 0
+        with self._lock:
+            for name, tier, why, before, token in done:
+                rec = self.state.nodes.get(name) if self.state is not None and self.token == token else None
+                if rec is None:
+                    continue
+                rec.tier = tier
+                self._tier_retry.pop(name, None)
+                self._unaudited.append({"at": self.clock(), "who": self._who(token), "what": "set_tier",
+                                        "node": name, "why": why, "before": before or "as configured",
+                                        "after": tier})  # fmt: skip
+        try:
+            self._persist()
+        except Exception as exc:  # (deposed, or the storage away: the next write holds it)
+            log.warning("writing the published tiers: %s", exc)
+        return len(done)
 
     def run_pending(self) -> None:
         """Carry out the ready intents, on different nodes at once (one node's intents in order: its jobs are not
@@ -783,7 +879,7 @@ class _Metrics(Collector):
     def __init__(self, controller: Controller) -> None:
         self.c = controller
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[Metric]:
         c = self.c
         yield _single("ha_ops_controller_leader", "1 on the leader", {"id": c.config.id}, float(c.is_leader))
         state = c.state
@@ -847,6 +943,41 @@ class _Metrics(Collector):
         for host, answer in c.slurm_controllers:
             slurm.add_metric([host], float(answer == "UP"))
         yield slurm
+        yield from _fleet_metrics(list(state.nodes.values()), c.clock(), c.config, state.history_since)
+
+
+def _fleet_metrics(records: list[Any], now: float, config: ControllerConfig, since: float) -> Iterator[Metric]:
+    """The fleet's history (history.py): incidents by cause, the nodes' MTBI, each pool's MTBI, nodes by tier."""
+    by_cause = history.causes(records)
+    incidents = GaugeMetricFamily(
+        "ha_ops_fleet_incidents_total",
+        "Incidents in the controller's history by cause (the latest fleet.max_incidents; survives failovers)",
+        labels=["cause"],
+    )
+    for cause in sorted(set(history.CAUSES) | set(by_cause)):
+        incidents.add_metric([cause], float(by_cause.get(cause, 0)))
+    yield incidents
+    window = config.fleet.mtbi_window_s
+    mtbis = [m for m in (history.node_mtbi(r, now, window, since) for r in records) if m is not None]
+    buckets = [(f"{le:g}", float(sum(m <= le for m in mtbis))) for le in MTBI_BUCKETS_S]
+    yield HistogramMetricFamily(
+        "ha_ops_fleet_mtbi_seconds",
+        "Nodes' mean time between incidents over fleet.mtbi_window_s (nodes with an incident in it)",
+        buckets=[*buckets, ("+Inf", float(len(mtbis)))],
+        sum_value=sum(mtbis),
+    )
+    pools = GaugeMetricFamily(
+        "ha_ops_fleet_pool_mtbi_seconds", "A pool's node-time observed over its incidents", labels=["pool"]
+    )
+    for name, pool in sorted(history.pool_mtbi(records, now, window, since).items()):
+        if pool["mtbi_s"] is not None:
+            pools.add_metric([name], pool["mtbi_s"])
+    yield pools
+    tiers = Counter(history.tier_of(r, now, config.fleet, config.lemon) for r in records)
+    by_tier = GaugeMetricFamily("ha_ops_fleet_nodes", "Nodes by reliability tier", labels=["tier"])
+    for tier in history.TIERS:
+        by_tier.add_metric([tier], float(tiers.get(tier, 0)))
+    yield by_tier
 
 
 def _single(name: str, doc: str, labels: dict[str, str], value: float) -> GaugeMetricFamily:

@@ -9,6 +9,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, PrivateAttr
 
 from ha_ops.remediation.bursts import BurstTracker
+from ha_ops.remediation.history import Incident
 
 STATE_VERSION = 1
 
@@ -76,6 +77,14 @@ class NodeRecord(BaseModel):
     spare_for: str | None = None  # for a spare in service: the node it stands in for
     slurm_state: str = ""  # as Slurm last reported it
     lost: bool = False  # found lost at the last node-state poll (acted on when it becomes true)
+    # Fleet memory (history.py): its latest incidents (oldest first), when the controller first knew it if that was
+    # after the history began (MTBI's observation starts there; 0: at ControllerState.history_since), when a person
+    # last reported it repaired (lemon and tier counts start afresh), and the reliability tier last published to the
+    # scheduler ("": none yet, as the scheduler's configuration has it).
+    incidents: list[Incident] = Field(default_factory=list)
+    seen_since: float = 0.0
+    repaired_at: float = 0.0
+    tier: str = ""
 
 
 IntentKind = Literal[
@@ -138,6 +147,7 @@ class ControllerState(BaseModel):
     storage_alerts: dict[str, float] = Field(default_factory=dict)  # firing storage alerts -> since when
     monitoring_down_since: float | None = None  # when the controller's watch found Prometheus down
     bursts: list[BurstRecord] = Field(default_factory=list)  # the latest MAX_BURSTS, oldest first
+    history_since: float = 0.0  # when the fleet's history (history.py) began: the first leader that kept it
     # The window of application-XID onsets: the leader's memory only (a new leader starts afresh).
     _burst_tracker: BurstTracker = PrivateAttr(default_factory=BurstTracker)
 

@@ -14,7 +14,10 @@ Per node (see model.NodePhase):
   is taken out like an unhealthy one, starting at the reboot rung; the safety gate still applies, so a Slurm glitch
   that marks many nodes down trips the breaker;
 - a node an agent drained itself (no controller accepted its report in time) is adopted: taken out of service as if
-  the report had arrived, so that the ladder repairs and returns it.
+  the report had arrived, so that the ladder repairs and returns it;
+- each episode is an incident in the node's history (history.py): its cause, its steps and how it ended; a node with
+  `lemon.incidents` incidents within `lemon.window_s` is a lemon: validated, it is held for replacement instead of
+  being returned.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ha_ops.monitoring.rules import alert_names
-from ha_ops.remediation import bursts
+from ha_ops.remediation import bursts, history
 from ha_ops.remediation.config import ControllerConfig
 from ha_ops.remediation.model import (
     MAX_BURSTS,
@@ -78,13 +81,20 @@ class NodeView:
 
 def init_state(state: ControllerState, config: ControllerConfig, now: float) -> None:
     """Make sure every configured node has a record (new nodes appear; records of removed nodes stay)."""
+    # A node added once the history runs is observed from when it appears (MTBI); the others from when it began
+    # (stored once, not in each of 1,500 records written at every commit).
+    seen = now if state.history_since else 0.0
+    if not state.history_since:
+        state.history_since = now
     for pool_name, pool in config.pools.items():
         for name in pool.nodes:
             if name not in state.nodes:
-                state.nodes[name] = NodeRecord(name=name, pool=pool_name, since=now)
+                state.nodes[name] = NodeRecord(name=name, pool=pool_name, since=now, seen_since=seen)
         for name in pool.spares:
             if name not in state.nodes:
-                state.nodes[name] = NodeRecord(name=name, pool=pool_name, spare=True, in_main=False, since=now)
+                state.nodes[name] = NodeRecord(
+                    name=name, pool=pool_name, spare=True, in_main=False, since=now, seen_since=seen
+                )
 
 
 def _intent(
@@ -325,8 +335,11 @@ def take_out_of_service(
             state.deferred[rec.name] = gate.why
         return Outcome(ignored=f"{rec.name} not cordoned: {gate.why}")
     state.deferred.pop(rec.name, None)
+    flap = rec.phase == NodePhase.RETURNED or bool(recent_returns(rec, config, now))
     rung = starting_rung(rec, action, config, now)
     rec.episode += 1
+    cause = history.cause_of(reason, lost, flap)
+    history.record_start(rec, cause, reason, now, "drain", config.fleet.max_incidents_per_node)
     rec.rung, rec.rung_started = rung, 0.0
     _set_phase(rec, NodePhase.CORDONED, now, reason)
     rec.gpus = list(gpus)
@@ -352,6 +365,7 @@ def take_out_of_service(
         # succeeded, which the controller checks before it runs the requeue.
         fence = _intent(state, rec, "reboot_node", f"fence: {reason}", now, token, rung=rung.value)
         out.intents.append(fence)
+        history.note_action(rec, "fence")
         release = {"release": list(jobs), "fence": fence.id} if jobs else {}
     out.intents.append(_intent(state, rec, "requeue_jobs", f"{rec.name} left service: {reason}", now, token, **release))
     return out
@@ -378,14 +392,17 @@ def _start_rung(state: ControllerState, rec: NodeRecord, rung: Rung, now: float,
     rec.rung, rec.rung_started = rung, now
     if rung == Rung.REPLACE:
         _set_phase(rec, NodePhase.AWAITING_REPAIR, now, f"needs replacement: {rec.reason}")
+        history.close(rec, "held for replacement", now, "replace")
         out.notes.append(f"{rec.name} needs replacement; it stays out of service until reported repaired")
         return
     _set_phase(rec, NodePhase.AWAITING_REPAIR, now)
     gpus = rec.gpus or (rec.last_report.gpus if rec.last_report else [])  # (a state written before `gpus`)
     if rung == Rung.RESET_GPU:
         out.intents.append(_intent(state, rec, "reset_gpu", rec.reason, now, token, gpus=gpus or [0], rung=rung.value))
+        history.note_action(rec, rung.value)
     elif not _episode_has(state, rec, "reboot_node", rung=rung.value):  # a lost node was power-cycled as its fence
         out.intents.append(_intent(state, rec, "reboot_node", rec.reason, now, token, rung=rung.value))
+        history.note_action(rec, rung.value)
     out.intents.append(_intent(state, rec, "validate", f"after {rung.value}", now, token, rung=rung.value))
 
 
@@ -463,9 +480,11 @@ def on_tick(
         if rec.phase == NodePhase.AWAITING_REPAIR and _episode_done(state, rec, "resume"):
             rec.returns = [*recent_returns(rec, config, now), now]
             _set_phase(rec, NodePhase.RETURNED, now, "")
+            history.returned(rec, now)
         if rec.phase == NodePhase.RETURNED and now - rec.since >= ladder.probation_s:
             _set_phase(rec, NodePhase.HEALTHY, now, "")
     _manage_spares(state, views, now, token, out)
+    history.trim(state.nodes.values(), config.fleet.max_incidents)
     return out
 
 
@@ -506,14 +525,28 @@ def _follow_repair(
     validation = _current_validation(state, rec)
     if validation is not None and validation.status != "pending":
         if validation.status in ("done", "skipped") and validation.result == "pass":
-            if not _episode_has(state, rec, "resume"):
-                out.intents.append(_intent(state, rec, "resume", f"validated after {rec.rung.value}", now, token))
+            if _episode_has(state, rec, "resume"):
+                return
+            lemon = history.lemon_reason(rec, config.lemon, now)
+            if lemon is not None:
+                _hold_lemon(rec, lemon, now, out)
+                return
+            out.intents.append(_intent(state, rec, "resume", f"validated after {rec.rung.value}", now, token))
             return
         out.notes.append(f"{rec.name}: {rec.rung.value} did not fix it ({validation.result}); climbing the ladder")
         _start_rung(state, rec, rec.rung.next(), now, token, out)
     elif now - rec.rung_started > config.ladder.validate_timeout_s:
         out.notes.append(f"{rec.name}: {rec.rung.value} did not validate in time; climbing the ladder")
         _start_rung(state, rec, rec.rung.next(), now, token, out)
+
+
+def _hold_lemon(rec: NodeRecord, why: str, now: float, out: Outcome) -> None:
+    """The episode would end with a return, but the node is a lemon: held for replacement instead (still drained; a
+    person replaces the part and reports it repaired, `ha-ops controller repaired`)."""
+    rec.rung, rec.rung_started = Rung.REPLACE, now
+    _set_phase(rec, NodePhase.AWAITING_REPAIR, now, why)
+    history.close(rec, "held for replacement (lemon)", now, "replace")
+    out.notes.append(f"{rec.name} is a {why}; held for replacement instead of being returned")
 
 
 def _manage_spares(state: ControllerState, views: dict[str, NodeView], now: float, token: int, out: Outcome) -> None:
@@ -561,6 +594,7 @@ def repaired(state: ControllerState, node: str, now: float, token: int, by: str 
     if rec.phase != NodePhase.AWAITING_REPAIR:
         return Outcome(ignored=f"{node} is {rec.phase.value}, not awaiting repair")
     rec.rung, rec.rung_started, rec.returns = Rung.REBOOT_NODE, now, []
+    rec.repaired_at = now  # lemon and tier counts start afresh (the history stays)
     out = Outcome(notes=[f"{node} reported repaired; validating"])
     out.intents.append(
         _intent(state, rec, "validate", f"reported repaired by {by}", now, token, rung=Rung.REBOOT_NODE.value)

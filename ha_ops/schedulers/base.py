@@ -75,3 +75,7 @@ class Scheduler(Protocol):
         ...
 
     def set_partition_nodes(self, partition: str, nodes: list[str]) -> None: ...
+
+    def set_reliability(self, name: str, tier: str) -> None:
+        """Publish the node's reliability tier (`reliable`, `standard`, `suspect`: remediation/history.py) where the
+        scheduler places work by it (Slurm: Weight and the feature `reliable`; Kubernetes: a node label)."""

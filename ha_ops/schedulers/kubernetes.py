@@ -55,6 +55,7 @@ log = logging.getLogger(__name__)
 TAINT_KEY = "ha-ops.io/gpu-unhealthy"
 SPARE_TAINT_KEY = "ha-ops.io/spare"
 POOL_LABEL = "ha-ops.io/pool"
+TIER_LABEL = "ha-ops.io/reliability-tier"  # a node's reliability tier, for node affinity (docs/fleet.md)
 SPARE_LABEL = "ha-ops.io/spare"
 REASON_ANNOTATION = "ha-ops.io/reason"
 DRAIN_POLICY_ANNOTATION = "ha-ops.io/drain-policy"
@@ -476,6 +477,12 @@ class KubernetesScheduler:
             for n in nodes
             if not any(t.key == SPARE_TAINT_KEY for t in (n.spec.taints if n.spec and n.spec.taints else []))
         )
+
+    def set_reliability(self, name: str, tier: str) -> None:
+        """The label ha-ops.io/reliability-tier=<tier> (node affinity; docs/fleet.md), in one write."""
+        if tier not in ("reliable", "standard", "suspect"):
+            raise ValueError(f"unknown reliability tier {tier!r}")
+        self._write_node(name, lambda node: {"metadata": {"labels": {TIER_LABEL: tier}}})
 
     def set_partition_nodes(self, partition: str, nodes: list[str]) -> None:
         wanted = set(nodes)

@@ -19,6 +19,11 @@ from ha_ops.util.wait import wait_for
 
 log = logging.getLogger(__name__)
 
+# Reliability tiers (remediation/history.py) as Slurm places work: lower Weight is picked first, and the feature
+# `reliable` (only on reliable nodes) is what `--constraint=reliable` asks for (docs/fleet.md).
+TIER_WEIGHTS = {"reliable": 1, "standard": 10, "suspect": 100}
+RELIABLE_FEATURE = "reliable"
+
 # Slurm's names for the scheduler-neutral records (base.py), which began here.
 SlurmNode = SchedulerNode
 SlurmJob = SchedulerJob
@@ -171,6 +176,39 @@ class Slurm:
 
     def set_partition_nodes(self, partition: str, nodes: list[str]) -> None:
         self._run(["scontrol", "update", f"PartitionName={partition}", f"Nodes={','.join(nodes)}"])
+
+    def set_reliability(self, name: str, tier: str) -> None:
+        """The tier's Weight, and the feature `reliable` on a reliable node only, the node's other features kept (read
+        first: scontrol replaces the whole list). Idempotent. (Changes made with scontrol last until slurmctld
+        restarts without its state or is reconfigured: slurm.conf's values then return; docs/fleet.md.)"""
+        if tier not in TIER_WEIGHTS:
+            raise ValueError(f"unknown reliability tier {tier!r} (one of {', '.join(TIER_WEIGHTS)})")
+        record = self._node_records().get(name)
+        if record is None:
+            raise TransportError(f"Slurm does not describe node {name!r}")
+        argv = ["scontrol", "update", f"NodeName={name}", f"Weight={TIER_WEIGHTS[tier]}"]
+        available = feature_list(record.get("features"))
+        active = feature_list(record.get("active_features"), default=available)
+        want_available = with_reliable(available, tier == "reliable")
+        want_active = with_reliable(active, tier == "reliable")
+        if want_available != available or want_active != active:
+            argv += [f"AvailableFeatures={','.join(want_available)}", f"ActiveFeatures={','.join(want_active)}"]
+        self._run(argv)
+
+
+def feature_list(value: Any, default: list[str] | None = None) -> list[str]:
+    """A node record's features: a comma-separated string (Slurm 22.05's sinfo --json) or a list (later releases);
+    None or missing: `default` (active features are the available ones without a node_features plugin)."""
+    if value is None:
+        return list(default or [])
+    words = value.split(",") if isinstance(value, str) else [str(v) for v in value]
+    return [w.strip() for w in words if w.strip() and w.strip() != "(null)"]
+
+
+def with_reliable(features: list[str], reliable: bool) -> list[str]:
+    """The features with `reliable` present (at the end) or absent, the others in their order."""
+    kept = [f for f in features if f != RELIABLE_FEATURE]
+    return [*kept, RELIABLE_FEATURE] if reliable else kept
 
 
 # A job in one of these has ended: plain squeue no longer lists it.
