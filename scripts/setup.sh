@@ -15,6 +15,7 @@ DEB_PACKAGES=(
   podman runc debootstrap containerd
   rsyslog rsyslog-gnutls nftables
   python3-venv rsync
+  chromium  # headless, for the tests that render a report as a person sees it (ha-ops plan simulate --report)
 )
 
 debian_packages() {
