@@ -12,12 +12,13 @@ from pydantic import ValidationError
 from rich.table import Table
 
 from ha_ops.cli import output
-from ha_ops.cli.controller import CaOpt, CertOpt, ConfigOpt, KeyOpt, UrlOpt, _call, _shared_state, _tls
+from ha_ops.cli.controller import CaOpt, CertOpt, ConfigOpt, KeyOpt, UrlOpt, _call, _tls
 from ha_ops.errors import SpecError, TransportError
+from ha_ops.plan.durations import format_duration
 from ha_ops.remediation import history
 from ha_ops.remediation.config import Fleet, Lemon, load_controller_config
 from ha_ops.remediation.model import ControllerState
-from ha_ops.remediation.store import read_state
+from ha_ops.remediation.store import load_state, read_state
 
 app = typer.Typer(help="The fleet's reliability history: incidents, MTBI, lemon nodes, tiers.", no_args_is_help=True)
 
@@ -28,9 +29,10 @@ def _state(
     """The controller's state (from the config's shared state, a state folder, or a controller's API), and the
     windows to judge it by (the config's; else the defaults)."""
     if config is not None:
+        from ha_ops.remediation.controller import make_documents
+
         cfg = load_controller_config(config)
-        data = _shared_state(cfg)["state"]
-        fleet, lemon = cfg.fleet, cfg.lemon
+        return load_state(make_documents(cfg)), cfg.fleet, cfg.lemon  # (where the config keeps it; no lease read)
     elif state_dir is not None:
         return read_state(state_dir / "state.json"), Fleet(), Lemon()
     else:
@@ -51,11 +53,7 @@ def _when(at: float | None) -> str:
 
 
 def _duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    if seconds >= 2 * 86400:
-        return f"{seconds / 86400:.1f} d"
-    return f"{seconds / 3600:.1f} h"
+    return "-" if seconds is None else format_duration(seconds)
 
 
 @app.command("history")

@@ -317,18 +317,8 @@ class Controller:
     def _flush_in_background(self) -> None:
         """_persist in a thread of its own, so that run_pending goes on starting actions while the results so far
         are written (one such write at a time; the next flush or the end of run_pending writes what it missed)."""
-        if not self._flushing.acquire(blocking=False):
-            return
-
-        def flush() -> None:
-            try:
-                self._persist()
-            except Exception as exc:  # (deposed, or the storage away: the next write tries again)
-                log.warning("writing the actions' results: %s", exc)
-            finally:
-                self._flushing.release()
-
-        threading.Thread(target=flush, name="flush", daemon=True).start()
+        if self._flushing.acquire(blocking=False):
+            _in_background(self._flushing, "flush", "writing the actions' results", self._persist)
 
     def _arrivals(self) -> Future[None]:
         """A future that _wake resolves: run_pending waits on it beside its actions, so that a report's intents start
@@ -500,17 +490,8 @@ class Controller:
         if not due:
             self._publishing.release()
             return
-
-        def round_() -> None:
-            try:
-                self._publish_tiers(publish, due)
-            except Exception as exc:
-                log.warning("publishing reliability tiers: %s", exc)
-            finally:
-                self._publishing.release()
-
-        self._tier_thread = threading.Thread(target=round_, name="tiers", daemon=True)
-        self._tier_thread.start()
+        self._tier_thread = _in_background(self._publishing, "tiers", "publishing reliability tiers",
+                                           lambda: self._publish_tiers(publish, due))  # fmt: skip
 
     def publish_tiers(self) -> int:
         """One round of tier publications in this thread (tests; the loop uses the background round). Returns how
@@ -846,6 +827,23 @@ class Controller:
             if state is not None:
                 data["state"] = state.model_dump(mode="json")
         return data
+
+
+def _in_background(held: threading.Lock, name: str, what: str, work: Callable[[], object]) -> threading.Thread:
+    """`work` in a daemon thread of its own, releasing `held` (acquired by the caller: one such thread at a time)
+    when it ends; a failure is logged (deposed, or the storage or scheduler away: the next round tries again)."""
+
+    def run() -> None:
+        try:
+            work()
+        except Exception as exc:
+            log.warning("%s: %s", what, exc)
+        finally:
+            held.release()
+
+    thread = threading.Thread(target=run, name=name, daemon=True)
+    thread.start()
+    return thread
 
 
 def make_lease(config: ControllerConfig, clock: Callable[[], float]) -> LeaderLease:

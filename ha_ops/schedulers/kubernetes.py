@@ -167,10 +167,9 @@ def pod_job(pod: dict[str, Any]) -> SchedulerJob | None:
 
 
 def _needs_condition(node: dict[str, Any]) -> bool:
-    """Drained by ha-ops (cordoned, with its reason) and its GpuHealthy not False yet."""
-    reason = ((node.get("metadata") or {}).get("annotations") or {}).get(REASON_ANNOTATION, "")
-    cordoned = bool((node.get("spec") or {}).get("unschedulable"))
-    return cordoned and reason.startswith(REASON_PREFIX) and NodeFacts.condition(node) != "False"
+    """Drained by ha-ops (NodeFacts: its cordon, taint and reason) and its GpuHealthy not False yet."""
+    facts = NodeFacts.of(node)
+    return facts.cordoned and facts.reason.startswith(REASON_PREFIX) and NodeFacts.condition(node) != "False"
 
 
 def jobs_of(pods: Iterable[dict[str, Any]]) -> list[SchedulerJob]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from ha_ops.schedulers.k8s_conditions import RETRIES, ConditionKeeper
-from ha_ops.schedulers.kubernetes import KubernetesOptions, KubernetesScheduler, NodeFacts
+from ha_ops.schedulers.kubernetes import TAINT_KEY, KubernetesOptions, KubernetesScheduler, NodeFacts
 from tests.unit.test_scheduler_kubernetes import OneNode, node
 
 
@@ -20,7 +20,7 @@ class Clock:
 
 
 def drained(name: str, condition: str | None = None, version: str = "7") -> dict[str, Any]:
-    obj = node(cordoned=True, reason="ha-ops: GPU1 xid: XID 79")
+    obj = node(cordoned=True, reason="ha-ops: GPU1 xid: XID 79", taints=[{"key": TAINT_KEY, "effect": "NoSchedule"}])
     obj["metadata"].update(name=name, resourceVersion=version)
     if condition is not None:
         obj["status"]["conditions"].append({"type": "GpuHealthy", "status": condition})
