@@ -121,6 +121,9 @@ class PlanningCluster:
     def node(self, name: str) -> PlanningNode:
         return PlanningNode(self.real.node(name), self.recorder)
 
+    def ha_ops_command(self, host: str) -> str:
+        return self.real.ha_ops_command(host)
+
     def slurm(self):  # -> Slurm
         return self.real.slurm()
 

@@ -179,7 +179,7 @@ def _judge(result: FaultResult, fault: PlannedFault, aborted: list[str]) -> None
     elif late:
         result.why = "not recovered while the fault lasted: only its rollback restored the steady state"
     elif jobs and not jobs.get("ok"):
-        bad = {k: jobs[k] for k in ("lost", "ran_twice", "unfinished") if jobs.get(k)}
+        bad = {k: jobs[k] for k in ("lost", "ran_twice", "unfinished", "resumed_behind") if jobs.get(k)}
         result.why = "jobs " + "; ".join(f"{k.replace('_', ' ')}: {', '.join(v)}" for k, v in bad.items())
     elif result.experiment_status != "completed" or result.deviated:
         result.why = f"experiment {result.experiment_status}" + (", steady state violated" if result.deviated else "")

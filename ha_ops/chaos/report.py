@@ -19,7 +19,8 @@ def _jobs(r: FaultResult) -> str:
     j = r.jobs
     return (
         f"{len(j['completed_once'])}/{j['jobs']} completed once ({len(j['restarted'])} resumed after a requeue), "
-        f"lost {len(j['lost'])}, ran twice {len(j['ran_twice'])}, unfinished {len(j['unfinished'])}"
+        f"lost {len(j['lost'])}, ran twice {len(j['ran_twice'])}, unfinished {len(j['unfinished'])}, "
+        f"resumed behind their last checkpoint {len(j.get('resumed_behind', []))}"
     )
 
 

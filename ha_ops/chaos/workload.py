@@ -1,6 +1,8 @@
 """The game day's workload: a few checkpointing batch jobs that run through each fault, so the report can say
-which jobs were lost or ran twice. Each job follows the job contract (docs/architecture.md): it appends a line to
-`<id>.started` each time it starts, resumes from `<id>.ckpt`, and appends to `<id>.done` when it finishes."""
+which jobs were lost, ran twice, or resumed behind their last checkpoint. Each job is ha-ops' reference training job
+(ha_ops.checkpoint.reference_job, the job contract of docs/architecture.md): it saves with ha_ops.checkpoint on the
+cluster's shared storage, resumes from its latest valid step, and logs each start, save and finish to
+`<id>.log`, which is judged here."""
 
 from __future__ import annotations
 
@@ -11,15 +13,13 @@ from typing import Any
 from pydantic import Field
 
 from ha_ops.chaos.probes import client
+from ha_ops.checkpoint.reference_job import parse_event
 from ha_ops.cluster.base import Cluster, ClusterNode
 from ha_ops.util.models import ConfigModel
 
+# Slurm runs a script; the job is the ha-ops on the node (its inventory's ha_ops_command, or the lab's).
 JOB = """#!/bin/sh
-dir=$1; total=$2; id=$SLURM_JOB_ID
-step=$(cat "$dir/$id.ckpt" 2>/dev/null || echo 0)
-echo "$(hostname) ${SLURM_RESTART_COUNT:-0} $step" >> "$dir/$id.started"
-while [ "$step" -lt "$total" ]; do sleep 1; step=$((step + 1)); echo "$step" > "$dir/$id.ckpt"; done
-hostname >> "$dir/$id.done"
+exec {ha_ops} checkpoint job "$@"
 """
 
 
@@ -37,10 +37,12 @@ class JobAccount:
     lost: list[str] = field(default_factory=list)  # ended without completing
     ran_twice: list[str] = field(default_factory=list)  # completed more than once
     unfinished: list[str] = field(default_factory=list)  # still queued or running when the wait ended
+    resumed_behind: list[str] = field(default_factory=list)  # a start before the last step it had saved
+    resumes: dict[str, list[dict[str, int]]] = field(default_factory=dict)  # job -> each restart's from and last saved
 
     @property
     def ok(self) -> bool:
-        return not (self.lost or self.ran_twice or self.unfinished)
+        return not (self.lost or self.ran_twice or self.unfinished or self.resumed_behind)
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "ok": self.ok}
@@ -48,9 +50,11 @@ class JobAccount:
 
 def submit(cluster: Cluster, directory: str, workload: Workload) -> list[str]:
     """Write the job script into `directory` (on storage every GPU node sees) and submit the jobs."""
-    node = cluster.node(client(cluster))
-    node.run(["sh", "-c", 'mkdir -p "$1" && cat > "$1/job.sh" && chmod 755 "$1/job.sh"', "sh", directory], input=JOB,
-             timeout=30)  # fmt: skip
+    name = client(cluster)
+    node = cluster.node(name)
+    script = JOB.format(ha_ops=cluster.ha_ops_command(name))
+    node.run(["sh", "-c", 'mkdir -p "$1" && cat > "$1/job.sh" && chmod 755 "$1/job.sh"', "sh", directory],
+             input=script, timeout=30)  # fmt: skip
     partition = cluster.spec.gpu_partition
     gpus = min(n.gpus for n in cluster.layout.nodes_with_role("gpu"))
     ids = []
@@ -58,7 +62,7 @@ def submit(cluster: Cluster, directory: str, workload: Workload) -> list[str]:
         # A training job takes all of a node's GPUs (so each lands on its own node) and leaves CPUs for others.
         argv = ["sbatch", "--parsable", "--requeue", f"--gres=gpu:{gpus}", "-n", "1", "-N", "1", "-p", partition,
                 "-J", f"gameday-{i}", "-o", "/dev/null", f"{directory}/job.sh", directory,
-                str(workload.duration_s)]  # fmt: skip
+                "--steps", str(workload.duration_s)]  # fmt: skip
         ids.append(node.run(argv, timeout=30).stdout.strip().split(";")[0])
     return ids
 
@@ -76,16 +80,22 @@ def wait_running(cluster: Cluster, ids: list[str], timeout: float = 30.0) -> boo
     return False
 
 
-def _marker_lines(node: ClusterNode, directory: str, ids: list[str]) -> dict[str, int]:
-    """Lines in each job's marker files, read on the node (the files live on the cluster's shared storage)."""
-    script = 'cd "$1" && shift && for f in "$@"; do [ -f "$f" ] && echo "$f $(grep -c . "$f")"; done; true'
-    names = [f"{job}.{kind}" for job in ids for kind in ("done", "started")]
-    out = node.run(["sh", "-c", script, "sh", directory, *names], check=False, timeout=30).stdout
-    return {name: int(count) for name, count in (line.split() for line in out.splitlines() if len(line.split()) == 2)}
+def _job_logs(node: ClusterNode, directory: str, ids: list[str]) -> dict[str, list[str]]:
+    """Each job's event log, read on the node (the logs live on the cluster's shared storage)."""
+    script = 'cd "$1" && shift && for j in "$@"; do [ -f "$j.log" ] && { echo "== $j"; cat "$j.log"; }; done; true'
+    out = node.run(["sh", "-c", script, "sh", directory, *ids], check=False, timeout=30).stdout
+    logs: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in out.splitlines():
+        if line.startswith("== "):
+            current = logs.setdefault(line[3:], [])
+        elif current is not None:
+            current.append(line)
+    return logs
 
 
 def account(cluster: Cluster, directory: str, ids: list[str], wait_s: float) -> JobAccount:
-    """Wait (up to `wait_s`) for the jobs to leave the queue, then judge each by its markers."""
+    """Wait (up to `wait_s`) for the jobs to leave the queue, then judge each by its event log."""
     node = cluster.node(client(cluster))
     deadline = time.time() + wait_s
     queued: set[str] = set(ids)
@@ -95,10 +105,27 @@ def account(cluster: Cluster, directory: str, ids: list[str], wait_s: float) -> 
             queued = set(out.stdout.split()) & set(ids)
         if queued:
             time.sleep(1.0)
-    lines = _marker_lines(node, directory, ids)
+    return judge(ids, _job_logs(node, directory, ids), queued)
+
+
+def judge(ids: list[str], logs: dict[str, list[str]], queued: set[str]) -> JobAccount:
+    """Each job judged by its log (reference_job's events, in the order written) and whether Slurm still queues it."""
     result = JobAccount(jobs=len(ids))
     for job in ids:
-        done, started = lines.get(f"{job}.done", 0), lines.get(f"{job}.started", 0)
+        starts = done = 0
+        last_saved = 0
+        for event, fields in map(parse_event, logs.get(job, [])):
+            if event == "start":
+                starts += 1
+                resumed = _number(fields.get("from"))
+                if starts > 1:
+                    result.resumes.setdefault(job, []).append({"from": resumed, "last_saved": last_saved})
+                    if resumed < last_saved and job not in result.resumed_behind:
+                        result.resumed_behind.append(job)  # work it had saved was done again, or lost
+            elif event == "saved":
+                last_saved = max(last_saved, _number(fields.get("step")))
+            elif event == "done":
+                done += 1
         if done > 1:
             result.ran_twice.append(job)
         elif job in queued:
@@ -109,6 +136,11 @@ def account(cluster: Cluster, directory: str, ids: list[str], wait_s: float) -> 
             result.completed_once.append(job)
         else:
             result.lost.append(job)
-        if started > 1:
+        if starts > 1:
             result.restarted.append(job)
     return result
+
+
+def _number(value: str | None) -> int:
+    """A step from the log; 0 for a field a torn line cut short."""
+    return int(value) if value and value.isdigit() else 0

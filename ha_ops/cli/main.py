@@ -57,6 +57,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "k8s": ("ha_ops.cli.k8s", "app", "The ha-ops layer on a Kubernetes cluster."),
     "wheelhouse": ("ha_ops.cli.wheelhouse", "app", "Wheelhouses for installing ha-ops on nodes without an index."),
     "plan": ("ha_ops.cli.plan", "app", "Plan for failures: checkpoint interval, spares, goodput simulation."),
+    "checkpoint": ("ha_ops.cli.checkpoint", "app", "Checkpoints written by ha_ops.checkpoint, and the reference job."),
 }
 
 

@@ -71,6 +71,10 @@ class Cluster(Protocol):
 
     def slurm(self) -> Slurm: ...
 
+    def ha_ops_command(self, host: str) -> str:
+        """How ha-ops runs on `host`, as a shell word list (the inventory's ha_ops_command; the lab's interpreter)."""
+        ...
+
     def scheduler(self) -> Scheduler:
         """The scheduler the remediation controllers act on (the spec's `remediation.scheduler`): Slurm, as slurm(),
         or the Kubernetes API as the operator reaches it. Probes judge nodes in service through it."""

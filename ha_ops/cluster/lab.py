@@ -131,6 +131,12 @@ class LabCluster:
             raise SpecError(f"lab {self.name}", [f"{name!r} is not a node of it (it has {', '.join(self.hosts())})"])
         return LabClusterNode(self.lab, name)
 
+    def ha_ops_command(self, host: str) -> str:
+        from ha_ops.lab.drivers import ha_ops_command
+
+        self.node(host)  # a name the lab has, or SpecError
+        return ha_ops_command()  # lab nodes share the host's filesystem, so its interpreter
+
     def slurm(self) -> Slurm:
         return Slurm(self.lab.transport(self.layout.nodes_with_role("gpu")[0].name))
 

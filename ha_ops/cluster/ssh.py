@@ -241,6 +241,9 @@ class SshCluster:
         role = {"controller": "controller", "agent": "gpu"}.get(service)
         return self._first(role) if role else None
 
+    def ha_ops_command(self, host: str) -> str:
+        return self.inventory.host(host).ha_ops_command
+
     def slurm(self) -> Slurm:
         # Slurm's clients on a compute node: what users' jobs see, and it answers whichever controller leads.
         return Slurm(self.node(self._first("gpu")).transport, timeout=15)
@@ -359,7 +362,7 @@ class SshCluster:
             "mfsmaster": str(self.layout.service_addresses.get("mfsmaster", "")),
             "ha_ops": shlex.join([sys.executable, "-m", "ha_ops"]),
             "ssh": PerHost("ssh", ssh, names),
-            "on": PerHost("on", lambda name: hosts[name].ha_ops_command, names),
+            "on": PerHost("on", self.ha_ops_command, names),
             "address": PerHost("address", lambda name: str(self.layout.node(name).address), spec_hosts),
         }
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from ha_ops.cli.main import main
@@ -16,3 +18,9 @@ def run_main(monkeypatch: pytest.MonkeyPatch, *args: str) -> int:
         assert isinstance(exc.code, int), exc.code
         return exc.code
     return 0
+
+
+def json_of(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, *args: str) -> dict:
+    """The command's --json output, once it exited 0."""
+    assert run_main(monkeypatch, *args, "--json") == 0, capsys.readouterr().err
+    return json.loads(capsys.readouterr().out)

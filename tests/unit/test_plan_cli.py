@@ -8,13 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.cli_helpers import run_main
+from tests.unit.cli_helpers import json_of, run_main
 from tests.unit.test_plan_gameday import write_standard_report
-
-
-def json_of(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, *args: str) -> dict:
-    assert run_main(monkeypatch, *args, "--json") == 0, capsys.readouterr().err
-    return json.loads(capsys.readouterr().out)
 
 
 def test_checkpoint_the_issues_example(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
