@@ -71,9 +71,11 @@ def render_slurm_conf(ctx: LabContext) -> str:
     ]
     gpu_nodes = ctx.layout.nodes_with_role("gpu")
     for node in gpu_nodes:
+        # Weight=1 and the feature `reliable`: the reliability tier the remediation controller assumes for a node it
+        # never published (docs/fleet.md); it changes both with scontrol when the node's tier changes.
         lines.append(
             f"NodeName={node.name} NodeAddr={node.address} CPUs={node.cpus} RealMemory={node.memory_mb} "
-            f"Gres=gpu:{node.gpus} State=UNKNOWN"
+            f"Gres=gpu:{node.gpus} Weight=1 Feature=reliable State=UNKNOWN"
         )
     main = ",".join(n.name for n in gpu_nodes if not n.spare)
     lines.append(f"PartitionName={slurm.partition} Nodes={main} Default=YES MaxTime=INFINITE State=UP")

@@ -147,6 +147,10 @@ def compute_layout(spec: ClusterSpec) -> Layout:
     taken: dict[IPv4Address, str] = {}
     for leaf in leaves:
         taken[leaf.gateway] = f"{leaf.name} gateway"
+    master_spec = spec.storage.master if spec.storage is not None and spec.storage.kind == "moosefs" else None
+    if master_spec is not None:  # the address that moves with the master role: no host may have it
+        master_leaf = leaves[leaf_for_domain(spec, master_spec.domain) - 1]
+        taken[master_leaf.subnet.network_address + MFSMASTER_OFFSET] = "the MooseFS master's service address"
     for name, _roles, domain, address, _extra, where in wanted:
         if address is None:
             continue

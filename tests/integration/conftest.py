@@ -22,7 +22,7 @@ LAB_NAME = "itest"
 MODULE_ORDER = [
     "test_containers", "test_lab_teardown", "test_pulumi", "test_infra_lab", "test_full_lab",
     "test_storage", "test_kubernetes",
-    "test_agent", "test_chaos", "test_gameday", "test_lab", "test_remediation", "test_checkpoint_jobs",
+    "test_agent", "test_chaos", "test_gameday", "test_lab", "test_remediation", "test_checkpoint_jobs", "test_fleet",
     "test_partitions", "test_rollout", "test_runbooks",
 ]  # fmt: skip
 LAST = "test_molecule"

@@ -52,6 +52,7 @@ from ha_ops.schedulers.kubernetes import (
     DRAIN_POLICY_ANNOTATION,
     SPARE_TAINT_KEY,
     TAINT_KEY,
+    TIER_LABEL,
     KubernetesError,
     KubernetesOptions,
     KubernetesScheduler,
@@ -862,6 +863,13 @@ def test_two_controllers_on_kubernetes_take_out_a_node_move_its_job_and_survive_
 
         wait_for("the node held for replacement", lambda: phase(urls[leader]) == "awaiting_repair/replace",
                  timeout=120, interval=0.5)  # fmt: skip
+        # Its incident made it `standard` (issue 22): the tier published as a label, as Slurm gets Weight and features;
+        # the nodes without incidents keep no label (as the scheduler's configuration has them: reliable).
+        wait_for("the node labelled with its tier",
+                 lambda: api.get(Node, node).to_dict()["metadata"].get("labels", {}).get(TIER_LABEL) == "standard",
+                 timeout=30, interval=0.5)  # fmt: skip
+        others = [n for n in gpu_nodes if n not in (node, spare)]
+        assert not [n for n in others if TIER_LABEL in (api.get(Node, n).to_dict()["metadata"].get("labels") or {})]
 
         # The leader dies (kill -9, as a pod's container killed): the standby takes over with the shared state.
         killed_at = time.monotonic()

@@ -103,7 +103,7 @@ def test_show_json_has_the_layout() -> None:
         "roles": ["controller"],
         "domain": "rack1",
         "leaf": 1,
-        "address": "10.80.0.5",
+        "address": "10.80.0.6",
         "pool": None,
         "gpus": 0,
         "spare": False,

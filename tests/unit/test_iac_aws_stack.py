@@ -95,7 +95,7 @@ def test_subnets_follow_the_layout_and_the_zone_of_their_domains(prod: Harness) 
 def test_controllers_and_etcd_are_spread_over_both_zones(prod: Harness) -> None:
     controllers = instances(prod, "slurm-controller")
     assert sorted((c.inputs["privateIp"], c.inputs["availabilityZone"]) for c in controllers) == [
-        ("10.80.0.5", "us-east-1a"),
+        ("10.80.0.6", "us-east-1a"),
         ("10.80.2.5", "us-east-1b"),
     ]
     etcd = instances(prod, "etcd")

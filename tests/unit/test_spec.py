@@ -170,9 +170,18 @@ def test_addresses_unique_and_inside_their_leaf(name: str) -> None:
         assert node.address in leaf.subnet, node
         assert node.address not in (leaf.gateway, leaf.subnet.network_address, leaf.subnet.broadcast_address)
         assert leaf.subnet.subnet_of(spec.network.host_cidr)
+    assert not set(layout.service_addresses.values()) & set(addresses)  # e.g. mfsmaster: no host has it
     link_addresses = [a for link in layout.links for a in (link.spine_address, link.leaf_address)]
     assert len(set(link_addresses)) == len(link_addresses)
     assert all(a in spec.network.fabric_cidr for a in link_addresses)
+
+
+def test_a_host_on_the_moosefs_masters_service_address_is_refused() -> None:
+    # production.yaml once put ctl1 on 10.80.0.5, the address that moves with the MooseFS master role, and passed.
+    data = _example_data("production.yaml")
+    data["controllers"]["hosts"][0]["address"] = "10.80.0.5"
+    assert_problem(problems_of(data), "controllers.hosts[0].address",
+                   "10.80.0.5 (ctl1) collides with the MooseFS master's service address")  # fmt: skip
 
 
 def test_explicit_address_is_kept() -> None:
