@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -13,13 +11,14 @@ import typer
 from rich.table import Table
 
 from ha_ops.cli import output
-from ha_ops.errors import SpecError, TransportError
+from ha_ops.errors import SpecError
 from ha_ops.remediation.audit import AuditHead, read_key, verify, verify_text
 from ha_ops.remediation.audit_sink import compare, shipped_entries
+from ha_ops.remediation.client import call
 from ha_ops.remediation.config import ControllerConfig, load_controller_config
 from ha_ops.remediation.store import read_state
 from ha_ops.schedulers.base import Scheduler
-from ha_ops.security.tls import ReloadingContext, TlsFiles
+from ha_ops.security.tls import TlsFiles
 
 controller_app = typer.Typer(help="The remediation controller.", no_args_is_help=True)
 audit_app = typer.Typer(help="The controller's audit log.", no_args_is_help=True)
@@ -53,19 +52,6 @@ def _tls(cert: Path | None, key: Path | None, ca: Path | None) -> TlsFiles | Non
         raise SpecError("tls", [f"{', '.join(missing)}: give --cert, --key and --ca together"])
     assert cert is not None and key is not None and ca is not None
     return TlsFiles(cert_file=cert, key_file=key, ca_file=ca)
-
-
-def _call(url: str, method: str = "GET", files: TlsFiles | None = None) -> dict[str, Any]:
-    request = urllib.request.Request(url, method=method, data=b"{}" if method == "POST" else None)
-    context = ReloadingContext(files, server=False).get() if files is not None else None
-    try:
-        with urllib.request.urlopen(request, timeout=10, context=context) as response:
-            return json.loads(response.read())
-    except urllib.error.HTTPError as exc:
-        body = exc.read().decode(errors="replace")
-        raise TransportError(f"{url}: HTTP {exc.code}: {body.strip()}") from None
-    except (urllib.error.URLError, OSError) as exc:
-        raise TransportError(f"{url}: {exc}") from None
 
 
 def make_scheduler(cfg: ControllerConfig) -> Scheduler:
@@ -146,7 +132,7 @@ def status(
         lease = state_dir / "lease.json"
         data["lease"] = json.loads(lease.read_text()) if lease.exists() else None
     else:
-        data = _call(f"{url.rstrip('/')}/v1/state", files=_tls(cert, key, ca))
+        data = call(f"{url.rstrip('/')}/v1/state", files=_tls(cert, key, ca))
     if json_out:
         output.emit_json(data)
         return
@@ -189,7 +175,7 @@ def repaired(
 
     if (problem := node_name_problem(node)) is not None:
         raise SpecError("NODE", [problem])  # (the URL path would carry it; the controller refuses it too)
-    output.emit_json(_call(f"{url.rstrip('/')}/v1/nodes/{node}/repaired", "POST", _tls(cert, key, ca)))
+    output.emit_json(call(f"{url.rstrip('/')}/v1/nodes/{node}/repaired", "POST", _tls(cert, key, ca)))
 
 
 @controller_app.command("breaker-reset")
@@ -197,7 +183,7 @@ def breaker_reset(
     url: str = UrlOpt, cert: Path | None = CertOpt, key: Path | None = KeyOpt, ca: Path | None = CaOpt
 ) -> None:
     """Close the circuit breaker after the cause of a mass failure was understood."""
-    output.emit_json(_call(f"{url.rstrip('/')}/v1/breaker/reset", "POST", _tls(cert, key, ca)))
+    output.emit_json(call(f"{url.rstrip('/')}/v1/breaker/reset", "POST", _tls(cert, key, ca)))
 
 
 def _log_text(path: Path) -> str:

@@ -12,10 +12,11 @@ from pydantic import ValidationError
 from rich.table import Table
 
 from ha_ops.cli import output
-from ha_ops.cli.controller import CaOpt, CertOpt, ConfigOpt, KeyOpt, UrlOpt, _call, _tls
+from ha_ops.cli.controller import CaOpt, CertOpt, ConfigOpt, KeyOpt, UrlOpt, _tls
 from ha_ops.errors import SpecError, TransportError
 from ha_ops.plan.durations import format_duration
 from ha_ops.remediation import history
+from ha_ops.remediation.client import call
 from ha_ops.remediation.config import Fleet, Lemon, load_controller_config
 from ha_ops.remediation.model import ControllerState
 from ha_ops.remediation.store import load_state, read_state
@@ -36,7 +37,7 @@ def _state(
     elif state_dir is not None:
         return read_state(state_dir / "state.json"), Fleet(), Lemon()
     else:
-        answer = _call(f"{url.rstrip('/')}/v1/state", files=_tls(cert, key, ca))
+        answer = call(f"{url.rstrip('/')}/v1/state", files=_tls(cert, key, ca))
         data = answer.get("state")
         if data is None:
             leader = answer.get("leader_name") or "unknown"

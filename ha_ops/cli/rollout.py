@@ -34,7 +34,7 @@ from ha_ops.rollout.ansible import (
 from ha_ops.rollout.executor import RolloutExecutor
 from ha_ops.rollout.plan import FleetNode, Plan, plan_rollout
 from ha_ops.rollout.policy import RolloutPolicy, build_policy
-from ha_ops.rollout.protocols import DriverApplier, Scheduler, Validator
+from ha_ops.rollout.protocols import Coordinator, DriverApplier, Scheduler, Validator
 from ha_ops.rollout.state import (
     DEFAULT_STATE_DIR,
     FAILURE_STEPS,
@@ -325,10 +325,64 @@ def make_adapters(state: RolloutState, state_dir: Path) -> tuple[Scheduler, Driv
     return RolloutScheduler(Slurm(LocalTransport())), applier, validator
 
 
+ControllerOpt = typer.Option(
+    [], "--controller", help="A remediation controller's base URL (repeat for the pair; default: the spec's)."
+)
+NoControllerOpt = typer.Option(False, "--no-controller", help="Do not coordinate with remediation controllers.")
+ControllerCertOpt = typer.Option(
+    None, "--controller-cert", envvar="HA_OPS_TLS_CERT", help="An operator certificate for https controllers."
+)
+ControllerKeyOpt = typer.Option(None, "--controller-key", envvar="HA_OPS_TLS_KEY", help="Its private key.")
+ControllerCaOpt = typer.Option(None, "--controller-ca", envvar="HA_OPS_TLS_CA", help="The cluster CA.")
+
+
+def make_coordinator(state: RolloutState) -> Coordinator | None:
+    """The remediation controllers the rollout announces its batches to (inputs["controllers"]), or None."""
+    from ha_ops.rollout.coordination import ControllerCoordinator
+    from ha_ops.security.tls import TlsFiles
+
+    urls = [u for u in state.inputs.get("controllers", "").split(",") if u]
+    if not urls:
+        return None
+    tls = [state.inputs.get(k) for k in ("controller_cert", "controller_key", "controller_ca")]
+    files = TlsFiles(cert_file=Path(tls[0]), key_file=Path(tls[1]), ca_file=Path(tls[2])) if all(tls) else None
+    return ControllerCoordinator(urls, files)
+
+
+def _controller_inputs(
+    spec_file: Path, urls: list[str], none: bool, cert: Path | None, key: Path | None, ca: Path | None
+) -> dict[str, str]:
+    """--controller URLs (default: the spec's controllers), and the operator certificate for https ones."""
+    from ha_ops.remediation.client import urls_from_spec
+
+    if none:
+        return {}
+    spec = load_spec(spec_file)
+    urls = urls or urls_from_spec(spec, compute_layout(spec))
+    problems = [f"--controller: {u!r} is not an http:// or https:// URL" for u in urls
+                if not re.match(r"https?://[^/\s]+/?$", u)]  # fmt: skip
+    given = {"--controller-cert": cert, "--controller-key": key, "--controller-ca": ca}
+    if any(given.values()) and not all(given.values()):
+        problems.append(f"{', '.join(k for k, v in given.items() if v is None)}: give all three, or none")
+    problems += [f"{flag}: {path} does not exist" for flag, path in given.items() if path and not path.is_file()]
+    if any(u.startswith("https://") for u in urls) and not all(given.values()):
+        problems.append("--controller-cert: the controllers serve https: give an operator certificate, key and CA")
+    if problems:
+        raise SpecError("rollout flags", problems)
+    inputs = {"controllers": ",".join(urls)}
+    if cert and key and ca:
+        inputs |= {"controller_cert": str(cert.resolve()), "controller_key": str(key.resolve()),
+                   "controller_ca": str(ca.resolve())}  # fmt: skip
+    return inputs
+
+
 def _execute(store: RolloutStore) -> RolloutState:
     with store.lock():
-        scheduler, applier, validator = make_adapters(store.load(), store.directory)
-        return RolloutExecutor(store, scheduler, applier, validator, progress=output.info).run()
+        state = store.load()
+        scheduler, applier, validator = make_adapters(state, store.directory)
+        executor = RolloutExecutor(store, scheduler, applier, validator, progress=output.info,
+                                   coordinator=make_coordinator(state))  # fmt: skip
+        return executor.run()
 
 
 def _summary(state: RolloutState) -> dict[str, Any]:
@@ -375,12 +429,21 @@ def driver(
         DEFAULT_VERSION_COMMAND, "--version-command", help="Prints the driver version of every GPU, one per line."
     ),
     state_dir: Path = StateDirOpt,
+    controllers: list[str] = ControllerOpt,
+    no_controller: bool = NoControllerOpt,
+    controller_cert: Path | None = ControllerCertOpt,
+    controller_key: Path | None = ControllerKeyOpt,
+    controller_ca: Path | None = ControllerCaOpt,
     dry_run: bool = typer.Option(False, "--dry-run", help="Plan and check the inputs; change nothing."),
     json_out: bool = JsonOpt,
 ) -> None:
     """Start a driver rollout: canary, then waves; every node drained, upgraded through the gpu_driver role,
-    validated and returned. Exit 0 when completed (or paused), 1 when halted or aborted."""
+    validated and returned. Each batch is announced to the remediation controllers as a maintenance window, and no
+    wave starts while their breaker is open or a pool is under its minimum healthy share (docs/architecture.md).
+    Exit 0 when completed (or paused), 1 when halted, aborted or refused."""
     plan, policy, fleet = _plan(to, spec_file, plan_options)
+    coordination = _controller_inputs(spec_file, controllers, no_controller, controller_cert, controller_key,
+                                      controller_ca)  # fmt: skip
     problems = []
     if not inventory.is_file():
         problems.append(f"--inventory: {inventory} does not exist")
@@ -407,6 +470,7 @@ def driver(
         "playbook": str(playbook.resolve()),
         "health_command": health_command,
         "version_command": version_command,
+        **coordination,
     }
     rollout_id = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + secrets.token_hex(2)
     with store.lock():

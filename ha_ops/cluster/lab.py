@@ -207,11 +207,10 @@ class LabCluster:
 
 class LabDriverRollouts(DriverRollouts):
     """Rollouts in the lab: the drivers are built here first (the lab is its own package source) and the base one
-    installed where the role never ran; the remediation controllers stand down meanwhile, their agents draining in
-    Slurm (ha_ops.lab.cluster.Lab.use_controllers): they would also act on the GPUs a bad driver loses."""
+    installed where the role never ran. The remediation controllers keep running: the rollout announces each batch
+    to them as a maintenance window (ha_ops.rollout.coordination), so they leave a bad driver's lost GPUs alone."""
 
-    prepares = "build the drivers, install the base one where the role never ran, agents drain in Slurm"
-    finishes = "agents report to the remediation controllers again"
+    prepares = "build the drivers, install the base one where the role never ran"
 
     def __init__(self, cluster: LabCluster, site: RolloutSite) -> None:
         super().__init__(cluster, site)
@@ -223,8 +222,4 @@ class LabDriverRollouts(DriverRollouts):
     def prepare(self, to: str, broken: bool, base: str) -> None:
         from ha_ops.lab import rollouts
 
-        self.lab.use_controllers(False)
         rollouts.prepare(self.lab, base, {to: not broken})
-
-    def finish(self) -> None:
-        self.lab.use_controllers(True)

@@ -58,10 +58,9 @@ def write_audit_keys(ctx: LabContext) -> None:
 
 def base_urls(ctx: LabContext) -> list[str]:
     """The controllers' base URLs; none without a `remediation` section."""
-    if ctx.spec.remediation is None:
-        return []
-    port, scheme = ctx.spec.remediation.port, "https" if ctx.spec.remediation.tls else "http"
-    return [f"{scheme}://{n.address}:{port}" for n in ctx.layout.nodes_with_role("controller")]
+    from ha_ops.remediation.client import urls_from_spec
+
+    return urls_from_spec(ctx.spec, ctx.layout)
 
 
 def render_config(ctx: LabContext, node: str) -> dict:

@@ -64,11 +64,24 @@ def site(ctx: LabContext) -> dict[str, Any]:
         "command": [*_env(ctx), sys.executable, "-m", "ha_ops", "rollout"],
         "state_dir": str(paths.state_dir),
         "driver_args": ["--spec", str(paths.spec), "--inventory", str(paths.inventory),
-                        "--health-command", checks["health_command"], "--version-command", checks["version_command"]],
+                        "--health-command", checks["health_command"], "--version-command", checks["version_command"],
+                        *_controller_args(ctx)],
         # The GPU nodes' nvidia-smi (ha_ops.lab.drivers.install_nvidia_smi), by its path: a command entered through
         # the node's namespaces keeps this machine's PATH.
         "version_command": f"{NVIDIA_SMI} --query-gpu=driver_version --format=csv,noheader",
     }  # fmt: skip
+
+
+def _controller_args(ctx: LabContext) -> list[str]:
+    """The operator's certificate for the remediation controllers' API (the rollout announces its batches there);
+    the controllers' URLs come from the spec."""
+    from ha_ops.lab import tls
+
+    if ctx.spec.remediation is None or not tls.enabled(ctx):
+        return []
+    files = tls.files(ctx, "operator")
+    return ["--controller-cert", str(files.cert_file), "--controller-key", str(files.key_file),
+            "--controller-ca", str(files.ca_file)]  # fmt: skip
 
 
 def operator_argv(lab: Lab, *argv: str) -> list[str]:

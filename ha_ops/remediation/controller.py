@@ -26,7 +26,7 @@ from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Met
 from prometheus_client.registry import Collector
 
 from ha_ops.health.report import AgentReport
-from ha_ops.remediation import history, monitoring_watch, policy
+from ha_ops.remediation import history, monitoring_watch, policy, safety
 from ha_ops.remediation.audit import AuditHead, AuditLog, Prepared, read_key
 from ha_ops.remediation.audit_sink import AuditShipper
 from ha_ops.remediation.config import ControllerConfig
@@ -404,6 +404,38 @@ class Controller:
 
         return self._decide(decide)
 
+    # --- maintenance windows (a driver rollout's batches; docs/architecture.md) --------------------------------------
+    def start_maintenance(self, nodes: list[str], reason: str, ttl_s: float, by: str = "an operator") -> dict[str, Any]:
+        now = self.clock()
+
+        def decide(state: ControllerState, token: int) -> policy.Outcome:
+            self.lease.check(token)  # a deposed leader opens no window and audits none
+            before = policy.start_maintenance(state, nodes, reason, ttl_s, by, now)  # ValueError: nothing changed
+            for node, was in before.items():
+                if was is None:  # an extension (the rollout's next step on the node) is not audited again
+                    self._audit_maintenance(node, "maintenance_start", f"{reason} (by {by})", None,
+                                            state.nodes[node].maintenance, token)  # fmt: skip
+            return policy.Outcome(notes=[f"maintenance window on {', '.join(nodes)} for {ttl_s:g} s: {reason}"])
+
+        return self._decide(decide)
+
+    def end_maintenance(self, nodes: list[str], by: str = "an operator") -> dict[str, Any]:
+        def decide(state: ControllerState, token: int) -> policy.Outcome:
+            self.lease.check(token)
+            closed = policy.end_maintenance(state, nodes)
+            for node, window in closed.items():
+                self._audit_maintenance(node, "maintenance_end", f"ended by {by}", window, None, token)
+            return policy.Outcome(notes=[f"maintenance window ended on {', '.join(closed) or 'no node'}"])
+
+        return self._decide(decide)
+
+    def _audit_maintenance(self, node: str, what: str, why: str, before: Any, after: Any, token: int) -> None:
+        def text(window: Any) -> str:
+            return "none" if window is None else f"until {window.until:.0f}: {window.reason}"
+
+        self._unaudited.append({"at": self.clock(), "who": self._who(token), "what": what, "node": node, "why": why,
+                                "before": text(before), "after": text(after)})  # fmt: skip
+
     # --- the loop -------------------------------------------------------------------------------------------
     def _who(self, token: int) -> str:
         return f"{self.config.id} (token {token})"
@@ -452,6 +484,8 @@ class Controller:
             outcome = policy.on_tick(self.state, views, self.config, self.clock(), self.token)
             for note in outcome.notes:
                 log.info("%s", note)
+            for node, window in outcome.ended_maintenance:
+                self._audit_maintenance(node, "maintenance_end", "expired", window, None, self.token)
             policy.compact(self.state)
         self._persist()  # (outside the lock: reports are decided while it is written)
         self.run_pending()
@@ -826,6 +860,7 @@ class Controller:
             }
             if state is not None:
                 data["state"] = state.model_dump(mode="json")
+                data["safety"] = safety.summary(state, self.config.safety)
         return data
 
 

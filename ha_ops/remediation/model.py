@@ -59,6 +59,16 @@ class LastReport(BaseModel):
     gpus: list[int] = Field(default_factory=list)  # GPUs with critical findings
 
 
+class Maintenance(BaseModel):
+    """A maintenance window announced for a node (a driver rollout's batch): until it ends or expires the controller
+    records the node's reports but remediates nothing on it, and counts it out of service for the safety limits."""
+
+    until: float
+    reason: str
+    by: str
+    since: float
+
+
 class NodeRecord(BaseModel):
     name: str
     pool: str
@@ -85,6 +95,7 @@ class NodeRecord(BaseModel):
     seen_since: float = 0.0
     repaired_at: float = 0.0
     tier: str = ""
+    maintenance: Maintenance | None = None
 
 
 IntentKind = Literal[

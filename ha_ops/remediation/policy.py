@@ -37,6 +37,7 @@ from ha_ops.remediation.model import (
     Intent,
     IntentKind,
     LastReport,
+    Maintenance,
     NodePhase,
     NodeRecord,
     Rung,
@@ -63,6 +64,7 @@ class Outcome:
     notes: list[str] = field(default_factory=list)
     ignored: str = ""
     burst: str | None = None  # a burst of application XIDs began: its id (the controller names its job)
+    ended_maintenance: list[tuple[str, Maintenance]] = field(default_factory=list)  # expired windows (audited)
 
 
 @dataclass(frozen=True)
@@ -122,11 +124,14 @@ def _set_phase(rec: NodeRecord, phase: NodePhase, now: float, reason: str | None
 
 
 def free_spares(state: ControllerState, pool: str) -> list[NodeRecord]:
+    """The pool's spares that may stand in: healthy, outside the main partition, for nobody yet, and not in a
+    maintenance window (a rollout changing a spare's driver has it drained)."""
     return [
         r
         for r in state.nodes.values()
         if r.pool == pool and r.spare and not r.in_main and r.spare_for is None and r.phase == NodePhase.HEALTHY
-    ]
+        and r.maintenance is None
+    ]  # fmt: skip
 
 
 def recent_returns(rec: NodeRecord, config: ControllerConfig, now: float) -> list[float]:
@@ -163,6 +168,9 @@ def on_report(state: ControllerState, report: Any, config: ControllerConfig, now
         at=now,
         gpus=critical_gpus,
     )
+    if (window := maintenance_of(rec, now)) is not None:
+        return Outcome(ignored=f"{rec.name} is in a maintenance window ({window.reason}): report recorded, nothing "
+                               "remediated")  # fmt: skip
     out = _watch_bursts(state, rec, report, config, now) if config.bursts.enabled else Outcome()
     if report.state == "unhealthy":
         if config.bursts.enabled and not rec.phase.out_of_service and bursts.only_application(report.findings):
@@ -288,6 +296,8 @@ def on_alert(
     rec = state.nodes.get(node)
     if rec is None:
         return Outcome(ignored=f"alert {name} names no known node ({node!r})")
+    if (window := maintenance_of(rec, now)) is not None:
+        return Outcome(ignored=f"alert {name} on {node}: in a maintenance window ({window.reason})")
     if name == "HaOpsGpuNodeUnhealthy":
         # Alerts lag and are retried; they are the fallback for an agent that cannot reach the controller. The
         # agent's own recent report is the better witness, and a new leader first gives every agent time to report.
@@ -429,9 +439,13 @@ def on_tick(
     _retry_deferred(state, config, now, token, out)
     _release_held(state, config, now, token, out)
     for rec in state.nodes.values():
+        if rec.maintenance is not None and maintenance_of(rec, now) is None:
+            out.ended_maintenance.append((rec.name, rec.maintenance))
+            out.notes.append(f"{rec.name}: maintenance window expired ({rec.maintenance.reason})")
+            rec.maintenance = None
         slurm_state = views.get(rec.name, NodeView()).state
-        if not slurm_state:
-            continue  # no fresh node states this tick
+        if not slurm_state or rec.maintenance is not None:
+            continue  # no fresh node states this tick; or a rollout drains, reboots and returns it (not lost)
         view = views.get(rec.name, NodeView())
         # Silence is what this leader observed: one that took over a moment ago (a failover, or a fresh state) has not
         # yet given the agents a heartbeat to reach it, so it counts from when it began to lead, never from before.
@@ -600,6 +614,42 @@ def repaired(state: ControllerState, node: str, now: float, token: int, by: str 
         _intent(state, rec, "validate", f"reported repaired by {by}", now, token, rung=Rung.REBOOT_NODE.value)
     )
     return out
+
+
+def maintenance_of(rec: NodeRecord, now: float) -> Maintenance | None:
+    """The node's maintenance window while it lasts (an expired one is closed by the next tick)."""
+    return rec.maintenance if rec.maintenance is not None and now < rec.maintenance.until else None
+
+
+def start_maintenance(
+    state: ControllerState, nodes: list[str], reason: str, ttl_s: float, by: str, now: float
+) -> dict[str, Maintenance | None]:
+    """Open (or extend) a maintenance window on each node; returns each node's window before. ValueError naming the
+    first node that is unknown or that ha-ops itself has out of service (its repair is not the rollout's)."""
+    for name in nodes:
+        rec = state.nodes.get(name)
+        if rec is None:
+            raise ValueError(f"unknown node {name!r}")
+        if rec.phase.out_of_service and rec.maintenance is None:
+            raise ValueError(f"{name} is {rec.phase.value} by ha-ops ({rec.reason}): no maintenance window on it")
+    before = {}
+    for name in nodes:
+        rec = state.nodes[name]
+        before[name] = rec.maintenance
+        since = rec.maintenance.since if rec.maintenance is not None else now
+        rec.maintenance = Maintenance(until=now + ttl_s, reason=reason, by=by, since=since)
+    return before
+
+
+def end_maintenance(state: ControllerState, nodes: list[str]) -> dict[str, Maintenance]:
+    """Close the windows of these nodes (unknown nodes and nodes without one: nothing to do); returns those closed.
+    The node's next report is acted on as usual: a node still failing after a rollback is remediated then."""
+    closed = {}
+    for name in nodes:
+        rec = state.nodes.get(name)
+        if rec is not None and rec.maintenance is not None:
+            closed[name], rec.maintenance = rec.maintenance, None
+    return closed
 
 
 def compact(state: ControllerState, keep_finished: int = 200) -> None:

@@ -29,12 +29,13 @@ def prune(state: ControllerState, safety: Safety, now: float) -> None:
 
 def pool_counts(state: ControllerState, pool: str) -> tuple[int, int]:
     """(size, in service) of a pool in one pass over the nodes: its size counts the nodes meant to be in service (its
-    spares excluded); in service, those in its main partition (spares standing in included) not taken out."""
+    spares excluded); in service, those in its main partition (spares standing in included) not taken out and not in
+    a maintenance window (a rollout has them drained)."""
     size = serving = 0
     for r in state.nodes.values():
         if r.pool == pool:
             size += not r.spare
-            serving += r.in_main and r.phase not in OUT_OF_SERVICE
+            serving += r.in_main and r.phase not in OUT_OF_SERVICE and r.maintenance is None
     return size, serving
 
 
@@ -86,3 +87,14 @@ def gate_cordon(
     if in_last_minute >= safety.max_cordons_per_minute:
         return GateResult("defer", f"rate limit: {in_last_minute} cordons in the last minute")
     return GateResult("allow")
+
+
+def summary(state: ControllerState, safety: Safety) -> dict[str, object]:
+    """What a driver rollout reads before each wave (GET /v1/state's `safety`): the breaker, and each pool's size,
+    nodes in service and minimum healthy count."""
+    pools: dict[str, dict[str, int]] = {}
+    for name in sorted({r.pool for r in state.nodes.values()}):
+        size, serving = pool_counts(state, name)
+        pools[name] = {"size": size, "in_service": serving,
+                       "minimum": math.ceil(safety.min_healthy_fraction * size - 1e-9)}  # fmt: skip
+    return {"breaker_open": state.breaker.open, "breaker_reason": state.breaker.reason, "pools": pools}

@@ -5,8 +5,10 @@ POST /v1/reports            an agent report (ha_ops.health.report, schema ha-ops
 POST /v1/alerts             an Alertmanager webhook (version 4)
 POST /v1/nodes/NODE/repaired   a person reports a replaced node repaired
 POST /v1/breaker/reset      close the circuit breaker
+POST /v1/maintenance        open (or extend) maintenance windows: {"nodes": [...], "reason": "...", "ttl_s": 3600}
+POST /v1/maintenance/end    close them: {"nodes": [...]}
 GET  /v1/state              the controller's state (without what would let a caller forge a report: each node's
-                            agent_id and seq)
+                            agent_id and seq), and `safety`: the breaker and each pool's in-service count and minimum
 GET  /metrics               Prometheus metrics
 GET  /healthz               200 (leader or standby)
 
@@ -66,6 +68,18 @@ class AlertmanagerWebhook(BaseModel):
     alerts: list[AlertmanagerAlert] = Field(max_length=MAX_ALERTS)
 
 
+class MaintenanceStart(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    nodes: list[Token] = Field(min_length=1, max_length=4096)
+    reason: Line = Field(min_length=1)
+    ttl_s: float = Field(3600.0, gt=0, le=7 * 86400)
+
+
+class MaintenanceEnd(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    nodes: list[Token] = Field(min_length=1, max_length=4096)
+
+
 class BadRequest(Exception):
     pass
 
@@ -105,6 +119,12 @@ def public_state(described: dict[str, Any]) -> dict[str, Any]:
     return described
 
 
+def _check_names(nodes: list[str]) -> None:
+    for node in nodes:
+        if (problem := node_name_problem(node)) is not None:
+            raise BadRequest(f"nodes: {problem}")
+
+
 class Forbidden(Exception):
     """The caller's certificate does not allow this request (403)."""
 
@@ -125,7 +145,7 @@ def refusal(identity: Identity | None, method: str, path: str, report_node: str 
     if method == "POST" and path == "/v1/alerts":
         return None if identity.has(tls.ALERTMANAGER) else f"{identity} may not post alerts"
     if identity.has(tls.OPERATORS):
-        return None  # /v1/state, repaired, breaker-reset
+        return None  # /v1/state, repaired, breaker-reset, maintenance
     return f"{identity} is not an operator"
 
 
@@ -213,6 +233,18 @@ def make_handler(controller: Controller) -> type[BaseHTTPRequestHandler]:
                     self._send(200, controller.handle_repaired(node, by=self._caller()))
                 elif self.path == "/v1/breaker/reset":
                     self._send(200, controller.reset_breaker(by=self._caller()))
+                elif self.path == "/v1/maintenance":
+                    start = self._body(MaintenanceStart, "maintenance window")
+                    _check_names(start.nodes)
+                    try:
+                        answer = controller.start_maintenance(start.nodes, start.reason, start.ttl_s, self._caller())
+                    except ValueError as exc:
+                        raise BadRequest(str(exc)) from None
+                    self._send(200, answer)
+                elif self.path == "/v1/maintenance/end":
+                    end = self._body(MaintenanceEnd, "maintenance window end")
+                    _check_names(end.nodes)
+                    self._send(200, controller.end_maintenance(end.nodes, self._caller()))
                 else:
                     self._send(404, {"error": f"no such path {self.path}"})
             except BadRequest as exc:

@@ -14,6 +14,12 @@ Capacity: before nodes are taken out, the executor counts what is out of service
 fleet plus the nodes the rollout holds) and takes out at most max_unavailable minus that. With no room left (nodes
 that failed and need a person) it pauses and says why.
 
+Remediation (coordination.py, with a Coordinator): before it starts or resumes, and before each batch, the rollout
+asks the remediation controllers; it does not go on while their breaker is open or a pool is under its minimum
+healthy share (refused at the start, paused later). Each node it changes is in a maintenance window from before its
+drain until it rests (done, rolled back, skipped or failed), renewed at each step: the controller records its
+reports but leaves a failing driver change to the rollout's own rollback.
+
 Halting: after every node, the failures of its wave are compared with the policy (the canary: more than
 canary_max_failures; a wave: more than wave_max_failure_fraction of its nodes). A gate after each wave's soak
 requires every node of the wave healthy. Either halts the rollout and, by default, rolls back every changed node,
@@ -28,7 +34,8 @@ import time
 from collections.abc import Callable
 
 from ha_ops.errors import WaitTimeout
-from ha_ops.rollout.protocols import DriverApplier, Scheduler, Validation, Validator
+from ha_ops.rollout.coordination import MAINTENANCE_TTL_S
+from ha_ops.rollout.protocols import Coordinator, DriverApplier, Scheduler, Validation, Validator
 from ha_ops.rollout.state import (
     FAILURE_STEPS,
     OUT_OF_SERVICE_STEPS,
@@ -67,6 +74,7 @@ class RolloutExecutor:
         soak_poll_s: float = 5.0,
         gate_wait_s: float = 120.0,
         gate_poll_s: float = 2.0,
+        coordinator: Coordinator | None = None,
     ) -> None:
         self.store = store
         self.scheduler = scheduler
@@ -79,6 +87,8 @@ class RolloutExecutor:
         # A node just returned shows as not responding (Slurm: idle*) until the controller has pinged it again.
         self.gate_wait_s = gate_wait_s
         self.gate_poll_s = gate_poll_s
+        self.coordinator = coordinator
+        self._announced_now: set[str] = set()  # a window just opened by _begin: _set need not renew it
         self._state: RolloutState | None = None
         # In memory only, so that a fresh process (after a crash) knows it is re-entering a step.
         self._applying_here: set[str] = set()  # entered `applying` in this process: apply without looking first
@@ -103,6 +113,7 @@ class RolloutExecutor:
             if st.phase in (Phase.RUNNING, Phase.ROLLING_BACK):
                 self._say(f"continuing rollout {st.id} ({st.phase.value}) where it was interrupted")
             if st.phase in (Phase.PLANNED, Phase.PAUSED):
+                self._refuse_if_blocked(st)
                 self._say(f"{'starting' if st.phase == Phase.PLANNED else 'resuming'} rollout {st.id} to "
                           f"{st.target_version}: {len(st.nodes)} nodes in {len(st.waves)} waves")  # fmt: skip
                 st.phase, st.reason = Phase.RUNNING, ""
@@ -170,6 +181,9 @@ class RolloutExecutor:
                     + (f" (left out of service, need a person: {', '.join(held)})" if held else "")
                     + "; return nodes to service, then `ha-ops rollout resume`"
                 )
+            why = self._blocked()
+            if why is not None:
+                self._pause(f"{why}; `ha-ops rollout resume` once it clears")
             self._say(f"[{wave.name}] batch {b + 1}/{len(wave.batches)}: taking out {min(room, len(pending))}")
             for node in pending[:room]:
                 self._begin(node)
@@ -326,6 +340,13 @@ class RolloutExecutor:
         if facts.active_version == target:
             self._skip(node, f"already on {target}")
             return
+        if self.coordinator is not None:  # the window opens before the drain, or the node is not taken out
+            try:
+                self.coordinator.begin([node.name], self._window_reason(), MAINTENANCE_TTL_S)
+            except Exception as exc:
+                self._pause(f"could not open a maintenance window on {node.name} at the remediation controller "
+                            f"({exc}); `ha-ops rollout resume` once it answers")  # fmt: skip
+            self._announced_now.add(node.name)
         self._count(node, "drain")
         self._set(node, NodeStep.DRAINING, f"from {facts.active_version or 'unknown'}")
         try:
@@ -497,13 +518,53 @@ class RolloutExecutor:
         self._set(node, NodeStep.RETURNING, why)
 
     def _set(self, node: NodeState, step: NodeStep, detail: str = "") -> None:
-        node.step = step
+        before, node.step = node.step, step
         if step in FAILURE_STEPS:
             self._failed.pop(node.wave, None)
         node.updated_at = self.clock()
         self._save()
+        if before != NodeStep.PENDING or step != NodeStep.SKIPPED:  # (a node skipped untouched never had a window)
+            self._tell_controller(node, step)
         wave = self.state.waves[node.wave].name if node.wave < len(self.state.waves) else f"wave {node.wave}"
         self._say(f"[{wave}] {node.name}: {step.value}" + (f" ({detail})" if detail else ""))
+
+    # --- the remediation controllers (coordination.py) ---------------------------------------------------------
+    def _blocked(self) -> str | None:
+        if self.coordinator is None:
+            return None
+        try:
+            return self.coordinator.blocked()
+        except Exception as exc:
+            return f"cannot ask the remediation controllers ({exc})"
+
+    def _refuse_if_blocked(self, st: RolloutState) -> None:
+        """Before starting or resuming: RolloutError naming why not, the rollout left paused (resumable)."""
+        why = self._blocked()
+        if why is None:
+            return
+        verb = "start" if st.phase == Phase.PLANNED else "resume"
+        st.phase, st.reason = Phase.PAUSED, f"refused to {verb}: {why}; `ha-ops rollout resume` once it clears"
+        st.note(f"paused: {st.reason}", self.clock())
+        self._save()
+        raise RolloutError(f"rollout {st.id} refused to {verb}: {why}")
+
+    def _tell_controller(self, node: NodeState, step: NodeStep) -> None:
+        """Renew the node's maintenance window at each step, close it when the node rests. A failure is logged: the
+        window ends by itself (MAINTENANCE_TTL_S), and the next step tries again."""
+        if self.coordinator is None or step == NodeStep.PENDING:
+            return
+        try:
+            if step in TERMINAL_STEPS:
+                self.coordinator.end([node.name])
+            elif node.name not in self._announced_now:
+                self.coordinator.begin([node.name], self._window_reason(), MAINTENANCE_TTL_S)
+        except Exception as exc:
+            log.warning("%s: could not tell the remediation controller it is %s: %s", node.name, step.value, exc)
+        finally:
+            self._announced_now.discard(node.name)
+
+    def _window_reason(self) -> str:
+        return f"driver rollout {self.state.id} to {self.state.target_version}"
 
     def _count(self, node: NodeState, action: str) -> None:
         node.attempts[action] = node.attempts.get(action, 0) + 1

@@ -84,3 +84,19 @@ class Validator(Protocol):
         """Health check clean, the version read from every GPU equals `version` (unless None: a node going back to
         a driver the role never recorded), and, if asked, the burn-in command passes."""
         ...
+
+
+class Coordinator(Protocol):
+    """The remediation controllers, as a rollout sees them (rollout/coordination.py): asked before each wave whether
+    one may start, and told which nodes are being changed, so that their expected symptoms are not remediated."""
+
+    def blocked(self) -> str | None:
+        """Why no wave may start or continue now (the breaker open, a pool under its minimum healthy share), or
+        None. Raises when the controllers cannot be asked."""
+        ...
+
+    def begin(self, nodes: list[str], reason: str, ttl_s: float) -> None:
+        """Open (or extend) a maintenance window on the nodes. Raises when it could not be opened."""
+
+    def end(self, nodes: list[str]) -> None:
+        """Close their windows (nodes without one: nothing to do)."""

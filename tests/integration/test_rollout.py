@@ -1,5 +1,6 @@
 """Driver rollouts in the lab: the gpu_driver role (archive method, fake driver builds) on the lab's GPU nodes over
-their sshd, driven by `ha-ops rollout` from a controller node, draining and returning nodes in the real Slurm."""
+their sshd, driven by `ha-ops rollout` from a controller node, draining and returning nodes in the real Slurm, with
+both remediation controllers running: each batch is in a maintenance window at the controller (issue 22)."""
 
 from __future__ import annotations
 
@@ -16,11 +17,15 @@ import pytest
 from ha_ops.lab import rollouts
 from ha_ops.lab.cluster import Lab
 from ha_ops.schedulers.slurm import Slurm
+from ha_ops.util.wait import wait_for
+from tests.labkit import audit_entries, call_controller, leader, reset_remediation
 
 pytestmark = pytest.mark.lab
 
 GPU_NODES = ("gpu1", "gpu2", "gpu3", "gpu4")
-BASE, BROKEN, NEXT = "550.90.07", "575.51.02", "580.65.06"
+BASE, BROKEN, NEXT, LATER = "550.90.07", "575.51.02", "580.65.06", "590.48.01"
+# What the controller does to a node it remediates (maintenance windows are not remediation).
+REMEDIATION = {"drain", "requeue_jobs", "spare_in", "spare_out", "reset_gpu", "reboot_node", "validate", "resume"}
 
 
 def versions(lab: Lab) -> dict[str, set[str]]:
@@ -36,11 +41,19 @@ def loads(lab: Lab, node: str, version: str) -> int:
 
 @pytest.fixture(scope="module")
 def driver_lab(lab: Lab) -> Iterator[rollouts.RolloutFiles]:
-    """The lab's GPU nodes on the base driver, installed through the role (slot a), with the agents draining in Slurm
-    themselves (no controller acting on the drains a rollout makes)."""
-    lab.use_controllers(False)
-    yield rollouts.prepare(lab, BASE, {BROKEN: False, NEXT: True})
-    lab.use_controllers(True)
+    """The lab's GPU nodes on the base driver, installed through the role (slot a), and both remediation controllers
+    running with a fresh history: the rollout announces its batches to them."""
+    reset_remediation(lab)
+    yield rollouts.prepare(lab, BASE, {BROKEN: False, NEXT: True, LATER: True})
+    reset_remediation(lab)
+
+
+def remediated(lab: Lab, node: str) -> list[str]:
+    return [e["what"] for e in audit_entries(lab) if e["node"] == node and e["what"] in REMEDIATION]
+
+
+def windows(lab: Lab, node: str) -> list[str]:
+    return [e["what"] for e in audit_entries(lab) if e["node"] == node and e["what"].startswith("maintenance")]
 
 
 def slurm_view(lab: Lab) -> str:
@@ -84,6 +97,10 @@ def test_a_driver_failing_validation_on_the_canary_halts_and_leaves_the_fleet_as
         # The job on a node the rollout never reached ran on, undisturbed.
         assert slurm.job_state(job_id) == "RUNNING"
         assert not slurm.node("gpu1").drained
+        # The broken driver's lost GPUs were the rollout's to handle: the controller, running, remediated nothing on
+        # the canary, which was in a maintenance window from before its drain until it was back.
+        assert remediated(lab, canary) == [], audit_entries(lab)
+        assert windows(lab, canary) == ["maintenance_start", "maintenance_end"]
     finally:
         rollouts.on_operator_node(lab, "scancel", job_id, timeout=30)
 
@@ -137,3 +154,66 @@ def test_a_rollout_killed_mid_wave_is_resumed_and_touches_no_node_twice(
     # Touched once: every node loaded the new driver exactly once, the one interrupted mid-apply included.
     assert {n: loads(lab, n, NEXT) for n in GPU_NODES} == {n: 1 for n in GPU_NODES}, rollout_nodes(lab)
     assert not any(Slurm(lab.transport("gpu1")).node(n).drained for n in GPU_NODES)
+
+
+def test_an_xid_79_outside_the_batch_is_remediated_while_the_rollout_goes_on(
+    lab: Lab, driver_lab: rollouts.RolloutFiles, tmp_path: Path
+) -> None:
+    assert versions(lab) == {n: {NEXT} for n in GPU_NODES}
+    before = {n: len(windows(lab, n)) for n in GPU_NODES}
+    cli = rollouts.start_rollout(lab, LATER, NEXT, "--soak", "0", "--waves", "1,rest", log=tmp_path / "later.log")
+    try:
+
+        def canary_changing() -> str | None:
+            state = rollouts.rollout_state(lab)
+            if not state or state.get("target_version") != LATER:
+                return None
+            (canary,) = state["waves"][0]["batches"][0]
+            return canary if state["nodes"][canary]["step"] in ("applying", "applied", "validating") else None
+
+        canary = wait_for("the canary being changed", canary_changing, timeout=120, interval=0.1)
+        outside = next(n for n in ("gpu2", "gpu3", "gpu1") if n != canary)
+        lab.node(outside).gpus().fall_off_bus(1)  # XID 79 on a node no batch holds
+        wait_for(f"{outside} remediated and returned", lambda: remediated(lab, outside)[-1:] == ["resume"],
+                 timeout=120, interval=0.5)  # fmt: skip
+        cli.wait(600)
+    finally:
+        if cli.poll() is None:
+            os.kill(cli.pid, signal.SIGKILL)
+            cli.wait(10)
+    log = (tmp_path / "later.log").read_text()
+    assert cli.returncode == 0, log[-3000:] + slurm_view(lab)
+    assert rollouts.rollout_state(lab)["phase"] == "completed", rollout_nodes(lab)
+    assert {"drain", "reboot_node", "validate", "resume"} <= set(remediated(lab, outside)), audit_entries(lab)
+    assert remediated(lab, canary) == []  # in its window throughout
+    # Every node the rollout changed had one window, opened and closed (the remediated one too, if it was back in
+    # service when the rollout reached it; else the rollout skipped it).
+    changed = [n for n in GPU_NODES if versions(lab)[n] == {LATER}]
+    assert canary in changed, versions(lab)
+    assert all(windows(lab, n)[before[n] :] == ["maintenance_start", "maintenance_end"] for n in changed), {
+        n: windows(lab, n) for n in GPU_NODES
+    }
+
+
+def test_a_rollout_asked_to_start_while_the_breaker_is_open_refuses_and_names_why(
+    lab: Lab, driver_lab: rollouts.RolloutFiles
+) -> None:
+    reset_remediation(lab)
+    try:
+        for node in ("gpu1", "gpu2"):  # the lab's breaker allows one node within its window: the second trips it
+            lab.node(node).gpus().fall_off_bus(0)
+            lab.node(node).gpus().break_permanently(0)
+
+        def breaker_open() -> bool:
+            ctl = leader(lab)
+            return bool(ctl) and call_controller(lab, ctl, "/v1/state")[1]["state"]["breaker"]["open"]
+
+        wait_for("the breaker open", breaker_open, timeout=30, interval=0.2)
+        before = versions(lab)
+        state_dir = str(driver_lab.state_dir / "refused")  # (a separate one: this rollout stays paused)
+        result = rollout(lab, BASE, LATER, "--soak", "0", "--state-dir", state_dir)
+        assert result.returncode == 1, result.stdout[-2000:] + result.stderr[-2000:]
+        assert "refused to start: the remediation controller's circuit breaker is open" in result.stderr, result.stderr
+        assert versions(lab) == before  # nothing touched
+    finally:
+        reset_remediation(lab)

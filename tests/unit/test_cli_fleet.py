@@ -88,7 +88,7 @@ def test_bad_input_exits_2_naming_the_field(
 def test_a_standby_is_named_and_the_leader_to_ask(monkeypatch: pytest.MonkeyPatch) -> None:
     from ha_ops.cli import fleet
 
-    monkeypatch.setattr(fleet, "_call", lambda url, files=None: {"id": "ctl2", "leader_name": "ctl1"})
+    monkeypatch.setattr(fleet, "call", lambda url, files=None: {"id": "ctl2", "leader_name": "ctl1"})
     code = run_main(monkeypatch, "fleet", "history", "--url", "http://ctl2:8800")
     assert code == 4
 
@@ -97,7 +97,7 @@ def test_from_a_controllers_api(state_dir: Path, monkeypatch: pytest.MonkeyPatch
     from ha_ops.cli import fleet
 
     described = {"id": "ctl1", "state": json.loads((state_dir / "state.json").read_text())}
-    monkeypatch.setattr(fleet, "_call", lambda url, files=None: described)
+    monkeypatch.setattr(fleet, "call", lambda url, files=None: described)
     done = invoke("gpu2", "--url", "http://ctl1:8800", "--json")
     assert done.exit_code == 0, done.output
     assert json.loads(done.output)["nodes"]["gpu2"]["incidents"][0]["cause"] == "ecc"

@@ -129,9 +129,41 @@ def inventory(tmp_path: Path) -> Path:
     return path
 
 
-def driver_args(state_dir: Path, inventory: Path, *extra: str) -> list[str]:
+def driver_args(state_dir: Path, inventory: Path, *extra: str, coordinated: bool = False) -> list[str]:
+    """(The fakes stand for Slurm and the role; the remediation controllers are left out unless `coordinated`.)"""
+    alone = [] if coordinated else ["--no-controller"]
     return ["rollout", "driver", "--to", TARGET, "--spec", str(LAB), "--inventory", str(inventory),
-            "--state-dir", str(state_dir), "--soak", "0", *extra]  # fmt: skip
+            "--state-dir", str(state_dir), "--soak", "0", *alone, *extra]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("extra", "named"),
+    [
+        ([], "--controller-cert: the controllers serve https: give an operator certificate, key and CA"),
+        (["--controller", "ftp://ctl1"], "--controller: 'ftp://ctl1' is not an http:// or https:// URL"),
+        (["--controller", "http://ctl1:8800", "--controller-cert", "c.pem"], "--controller-key, --controller-ca: "),
+    ],
+)
+def test_controller_flags_are_checked_before_anything_runs(
+    tmp_path: Path, inventory: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+    extra: list[str], named: str,
+) -> None:  # fmt: skip
+    # The lab spec's controllers serve https (remediation.tls): without an operator certificate, refused up front.
+    assert run_main(monkeypatch, *driver_args(tmp_path / "r", inventory, *extra, coordinated=True)) == 2
+    assert named in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()
+
+
+def test_the_default_controllers_come_from_the_spec(tmp_path: Path, inventory: Path) -> None:
+    from ha_ops.cli.rollout import _controller_inputs
+
+    files = [tmp_path / name for name in ("c.pem", "k.pem", "ca.pem")]
+    for f in files:
+        f.write_text("x")
+    inputs = _controller_inputs(LAB, [], False, *files)
+    assert inputs["controllers"] == "https://10.77.0.10:8800,https://10.77.1.10:8800"
+    assert inputs["controller_ca"] == str(files[2].resolve())
+    assert _controller_inputs(LAB, [], True, None, None, None) == {}
 
 
 def test_driver_rolls_the_fleet_then_status(tmp_path: Path, fleet: Fleet, inventory: Path) -> None:
