@@ -354,24 +354,24 @@ def driver_rollout(
     configuration: Configuration = None,
 ) -> str:  # fmt: skip
     """A GPU driver rollout to `to` from the cluster's rollout host (ha_ops.cluster.rollouts), from the driver the
-    GPU nodes run; blocks until the rollout ends and returns its phase and reason. The remediation controllers stand
-    down for it: they would also act on the GPUs a bad driver loses. The lab builds `to` first (a driver that loses
-    every GPU when `broken`) and installs `base` where the role never ran; a real cluster's package source has `to`,
-    and `broken` and `base` are not used there."""
+    GPU nodes run; blocks until the rollout ends and returns its phase and reason. The remediation controllers keep
+    running: the rollout announces each node it changes to them as a maintenance window, so they leave the GPUs a bad
+    driver loses to the rollout's rollback. The lab builds `to` first (a driver that loses every GPU when `broken`) and
+    installs `base` where the role never ran; a real cluster's package source has `to`, and `broken` and `base` are
+    not used there."""
     cluster = _cluster(configuration)
     rollouts = driver_rollouts(cluster)
     rollouts.check()  # refused before anything is journaled: no rollout host, or a fleet on no (or mixed) drivers
-    stops = [ServiceOp(host=h, unit="controller", action="stop") for h in rollbacks.remediation_controllers(cluster)]
     # The key keeps the id of the rollout before this one: the probes judge this fault's rollout, not that one.
     previous = str(rollouts.state().get("id", ""))
-    faults.inject(cluster, f"{ROLLOUT_FAULT}{previous}", stops, [], after="end_driver_rollout")
+    faults.inject(cluster, f"{ROLLOUT_FAULT}{previous}", [], [], after="end_driver_rollout")
     rollouts.prepare(to, broken, base)
     return rollouts.start(to, waves, timeout_s)
 
 
 def end_driver_rollout(configuration: Configuration = None) -> str:
-    """Undo a driver rollout fault: an open rollout aborted with rollback, the remediation controllers back."""
+    """Undo a driver rollout fault: an open rollout aborted, with every changed node rolled back."""
     cluster = _cluster(configuration)
     rollbacks.end_driver_rollout(cluster)
     faults.forget(cluster, f"{ROLLOUT_FAULT}*")
-    return "driver rollout ended; controllers running"
+    return "driver rollout ended"

@@ -51,17 +51,9 @@ def _controllers_down(cluster: Cluster, hosts: list[str], timeout: float) -> lis
         time.sleep(1.0)
 
 
-def remediation_controllers(cluster: Cluster) -> list[str]:
-    """The controller hosts that run ha-ops' remediation controller."""
-    hosts = [n.name for n in cluster.layout.nodes_with_role("controller") if n.name in cluster.hosts()]
-    return [h for h in hosts if cluster.node(h).has_service("controller")]
-
-
 def end_driver_rollout(cluster: Cluster) -> None:
-    """After a driver rollout fault: a rollout still open is aborted with every changed node rolled back, then the
-    remediation controllers run again (not before: they would act on the GPUs a bad driver loses meanwhile)."""
+    """After a driver rollout fault: a rollout still open is aborted with every changed node rolled back (the
+    remediation controllers ran throughout; the rollout's windows close as its nodes come back)."""
     rollouts = driver_rollouts(cluster)
     rollouts.end()
-    for host in remediation_controllers(cluster):
-        cluster.node(host).apply(ServiceOp(host=host, unit="controller", action="start"))
     rollouts.finish()

@@ -145,7 +145,7 @@ class DriverRollouts:
         from the role). The lab builds `to` (broken: a build that loses every GPU) and installs `base` first."""
 
     def finish(self) -> None:
-        """After a rollout fault is undone (the lab gives its remediation controllers back their agents)."""
+        """After a rollout fault is undone (nothing, on a real cluster and in the lab)."""
 
     def start(self, to: str, waves: str, timeout_s: float) -> str:
         """Roll `to` out and block until the rollout ends; its phase and reason."""

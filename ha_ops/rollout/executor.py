@@ -113,7 +113,8 @@ class RolloutExecutor:
             if st.phase in (Phase.RUNNING, Phase.ROLLING_BACK):
                 self._say(f"continuing rollout {st.id} ({st.phase.value}) where it was interrupted")
             if st.phase in (Phase.PLANNED, Phase.PAUSED):
-                self._refuse_if_blocked(st)
+                if not self.store.read_control().abort:  # (an abort undoes: the controllers' say does not hold it)
+                    self._refuse_if_blocked(st)
                 self._say(f"{'starting' if st.phase == Phase.PLANNED else 'resuming'} rollout {st.id} to "
                           f"{st.target_version}: {len(st.nodes)} nodes in {len(st.waves)} waves")  # fmt: skip
                 st.phase, st.reason = Phase.RUNNING, ""

@@ -14,24 +14,17 @@ from pathlib import Path
 
 import pytest
 
+from ha_ops.chaos import workload
+from ha_ops.checkpoint.reference_job import parse_event
 from ha_ops.lab import monitoring
 from ha_ops.lab.cluster import Lab
 from ha_ops.lab.controllers import audit_key_path, state_dir
 from ha_ops.remediation.store import read_state
 from ha_ops.schedulers.slurm import Slurm
 from ha_ops.util.wait import wait_for
-from tests.labkit import audit_entries, call_controller, controller_nodes, leader, reset_remediation
+from tests.labkit import audit_entries, call_controller, cluster, controller_nodes, leader, reset_remediation
 
 pytestmark = pytest.mark.lab
-
-JOB = """#!/bin/bash
-# A stateful job: resumes from its checkpoint, writes one atomically after every step.
-d=$1; steps=$2
-step=0; [ -f $d/checkpoint ] && step=$(cat $d/checkpoint)
-echo "$SLURM_JOB_ID $(hostname) ${SLURM_RESTART_COUNT:-0} $step" >> $d/starts
-while [ $step -lt $steps ]; do sleep 0.2; step=$((step+1)); echo $step > $d/ck.tmp && mv $d/ck.tmp $d/checkpoint; done
-echo "$SLURM_JOB_ID $(hostname) $step" >> $d/done
-"""
 
 
 @pytest.fixture(autouse=True)
@@ -79,19 +72,27 @@ def audit_verify(lab: Lab) -> subprocess.CompletedProcess:
 
 
 def test_xid79_on_a_node_running_a_job_requeues_it_elsewhere_and_a_spare_enters(lab: Lab, slurm: Slurm) -> None:
+    # The stateful job is ha-ops' reference training job (ha_ops.checkpoint): it resumes from its latest valid
+    # checkpoint and logs each start (with the step it resumed from), save and finish.
     work = lab.paths.shared / "jobs" / "stateful"
-    work.mkdir(parents=True, exist_ok=True)
-    for f in work.iterdir():
-        f.unlink()
+    subprocess.run(["rm", "-rf", str(work)], check=True)
+    work.mkdir(parents=True)
     script = work / "job.sh"
-    script.write_text(JOB)
+    script.write_text(workload.JOB.format(ha_ops=cluster(lab).ha_ops_command("gpu1")))
     script.chmod(0o755)
-    job = lab.node("gpu1").run(["sbatch", "--requeue", "--parsable", "-o", "/dev/null", str(script), str(work), "60"])
-    job_id = job.stdout.strip()
+    argv = ["sbatch", "--requeue", "--parsable", "-o", "/dev/null", str(script), str(work), "--steps", "60",
+            "--step-s", "0.2"]  # fmt: skip
+    job_id = lab.node("gpu1").run(argv).stdout.strip()
     running = wait_for("job running", lambda: [j for j in slurm.jobs() if j.id == job_id and j.state == "RUNNING"],
                        timeout=15, interval=0.1)  # fmt: skip
     node = running[0].nodes[0]
-    wait_for("a few checkpoints", lambda: int((work / "checkpoint").read_text() or 0) >= 5, timeout=15, interval=0.1)
+    log = work / f"{job_id}.log"
+
+    def events(kind: str) -> list[dict[str, str]]:
+        lines = log.read_text().splitlines() if log.exists() else []
+        return [fields for event, fields in map(parse_event, lines) if event == kind]
+
+    wait_for("a few checkpoints", lambda: len(events("saved")) >= 5, timeout=20, interval=0.1)
 
     gpus = lab.node(node).gpus()
     gpus.fall_off_bus(2)
@@ -109,13 +110,15 @@ def test_xid79_on_a_node_running_a_job_requeues_it_elsewhere_and_a_spare_enters(
         interval=0.1,
     )
     assert moved[0].nodes[0] != node
-    wait_for("job done", lambda: (work / "done").exists(), timeout=40, interval=0.2)
-    starts = [line.split() for line in (work / "starts").read_text().splitlines()]
+    wait_for("job done", lambda: events("done"), timeout=40, interval=0.2)
+    starts = events("start")
     assert len(starts) == 2
-    assert starts[0][1] == node and starts[1][1] != node
-    assert starts[1][2] == "1"  # SLURM_RESTART_COUNT: the same job, requeued
-    assert int(starts[1][3]) >= 5  # resumed from its checkpoint, not from step 0
-    assert (work / "done").read_text().split()[2] == "60"
+    assert starts[0]["host"] == node and starts[1]["host"] != node
+    assert starts[1]["restart"] == "1"  # SLURM_RESTART_COUNT: the same job, requeued
+    assert int(starts[1]["from"]) >= 5  # resumed from its checkpoint, not from step 0
+    assert events("done")[0]["step"] == "60"
+    account = workload.judge([job_id], {job_id: log.read_text().splitlines()}, queued=set())
+    assert account.ok and account.resumed_behind == []  # it resumed at (or after) the last step it saved
 
     wait_for(f"{node} held for replacement", lambda: phase(lab, node) == "awaiting_repair", timeout=40, interval=0.2)
     assert slurm.node(node).drained

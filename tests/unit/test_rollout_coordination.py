@@ -116,3 +116,15 @@ def test_blocked_by_reads_the_leaders_safety_summary() -> None:
     )
     under = {**ok, "pools": {"gpu": {"size": 4, "in_service": 2, "minimum": 3}}}
     assert blocked_by(under) == "pool gpu has 2 of 4 nodes in service, under its minimum healthy share (3)"
+
+
+def test_an_abort_goes_through_even_when_the_controllers_cannot_be_asked(tmp_path: Path) -> None:
+    nodes = fleet_nodes(3)
+    fleet = Fleet([n.name for n in nodes])
+    controllers = FakeControllers(fleet)
+    controllers.down = True
+    store = start(tmp_path, nodes, max_unavailable="1")
+    with pytest.raises(RolloutError, match="refused to start"):
+        run(store, fleet, controllers)
+    store.request(abort=True, abort_rollback=True)
+    assert run(store, fleet, controllers).phase == Phase.ABORTED
