@@ -157,6 +157,10 @@ class Slurm:
         """Make a requeued job eligible now (its old node is drained or fenced). The requeue completes
         asynchronously and sets the hold when the job is pending again: release it then."""
         wait_for(f"job {job_id} pending again", lambda: self.job_state(job_id) == "PENDING", timeout=15, interval=0.1)
+        # slurmd revokes the credentials of the job it killed for the requeue, by whole seconds: a launch credential
+        # made within the same second counts as revoked ("Job N already killed, do not launch batch job") and the
+        # job fails on any node that ran it (the other nodes of a multi-node job). Release it in the next second.
+        time.sleep(1.05 - time.time() % 1.0)
         self._run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"])
 
     def job_state(self, job_id: str) -> str:

@@ -95,3 +95,22 @@ def test_an_answer_that_is_not_a_job_list_is_a_transport_error(answer: str) -> N
     transport.run = lambda argv, **_: CommandResult(list(argv), 0, answer, "")  # type: ignore[method-assign]
     with pytest.raises(TransportError, match="squeue --json"):
         Slurm(transport).jobs()
+
+
+def test_a_requeued_job_is_released_in_a_later_second_than_its_kill() -> None:
+    # slurmd counts a launch credential made in the same second as the requeue's kill as revoked ("Job N already
+    # killed, do not launch batch job": the lab saw it fail 2 runs in 5), so the release waits for the next second.
+    import time
+
+    class Releases(Answers):
+        def run(self, argv: Sequence[str], **kwargs: Any) -> CommandResult:
+            if argv[:2] == ["scontrol", "update"]:
+                self.released_at = time.time()
+                return CommandResult(list(argv), 0, "", "")
+            return super().run(argv, **kwargs)
+
+    transport = Releases([job(21, "PENDING", "", "train", True)])
+    pending_seen = time.time()
+    Slurm(transport).release_requeued("21")
+    assert int(transport.released_at) > int(pending_seen)
+    assert transport.calls[-1] == ["squeue", "-h", "-j", "21", "-o", "%T"]
