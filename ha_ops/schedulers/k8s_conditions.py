@@ -35,12 +35,16 @@ class ConditionKeeper:
         write: Callable[[str, str, str], None],
         grace_s: float,
         clock: Callable[[], float] = time.monotonic,
+        background: bool = True,
     ) -> None:
         """`read(node)`: the node as last seen (None: gone); `needs(node)`: it is still drained by ha-ops without
-        the condition; `write(node, reason, resource_version)`: the condition, conditional on that version."""
+        the condition; `write(node, reason, resource_version)`: the condition, conditional on that version.
+        `background`: a thread of its own runs what is due (False: the caller calls run_due, as tests with a clock
+        of their own do; the thread would race them, waiting real seconds on an injected clock)."""
         self.read, self.needs, self.write = read, needs, write
         self.grace_s = grace_s
         self.clock = clock
+        self.background = background
         self._due: list[tuple[float, int, str, str, int]] = []  # (due, order, node, reason, attempt)
         self._order = 0
         self._cond = threading.Condition()
@@ -50,7 +54,7 @@ class ConditionKeeper:
         """`node` was drained for `reason`: its condition is to be False within grace_s, by its agent or by us."""
         with self._cond:
             self._push(node, reason, 0, self.clock() + self.grace_s)
-            if self._thread is None:
+            if self._thread is None and self.background:
                 self._thread = threading.Thread(target=self._run, name="gpu-conditions", daemon=True)
                 self._thread.start()
             self._cond.notify()

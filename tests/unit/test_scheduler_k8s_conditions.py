@@ -48,7 +48,7 @@ class Nodes:
 def keeper(nodes: Nodes, clock: Clock) -> ConditionKeeper:
     from ha_ops.schedulers.kubernetes import _needs_condition
 
-    return ConditionKeeper(nodes.read, _needs_condition, nodes.write, grace_s=2.0, clock=clock)
+    return ConditionKeeper(nodes.read, _needs_condition, nodes.write, grace_s=2.0, clock=clock, background=False)
 
 
 def test_the_condition_is_written_after_the_grace_only_where_still_needed() -> None:
