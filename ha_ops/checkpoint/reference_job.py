@@ -5,12 +5,13 @@ It "trains" by sleeping one step at a time, and saves a state whose bytes encode
 that the bytes it read back are the step's. Everything it does goes into an event log beside its checkpoints, one
 line per event, appended and fsynced, which the game day's accounting reads (ha_ops.chaos.workload):
 
-    start host=gpu1 restart=0 rank=0 world=1 from=0 pid=4242 skipped=-
-    saved step=1
-    stopped step=7 signal=final-save        (SIGTERM/SIGUSR1: a final save, then exit 143)
-    done host=gpu1 step=15
+    start host=gpu1 restart=0 rank=0 world=1 from=0 pid=4242 skipped=- at=1796518651.785
+    saved step=1 at=1796518652.801
+    stopped step=7 signal=final-save at=1796518658.012      (SIGTERM/SIGUSR1: a final save, then exit 143)
+    done host=gpu1 step=15 at=1796518666.930
 
-`from` is the step the attempt resumed at (0: no checkpoint), `skipped` the torn or corrupt steps it passed over.
+`from` is the step the attempt resumed at (0: no checkpoint), `skipped` the torn or corrupt steps it passed over,
+`at` the time the line was written (epoch seconds), to set beside the controller's audit and the game day's timeline.
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ def state_for(step: int, size: int) -> bytes:
 
 def append_event(path: Path, event: str, **fields: object) -> None:
     """One line, appended and fsynced: the accounting must see every save that committed before a crash."""
-    line = " ".join([event, *(f"{k}={v}" for k, v in fields.items())]) + "\n"
+    line = " ".join([event, *(f"{k}={v}" for k, v in fields.items()), f"at={time.time():.3f}"]) + "\n"
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         os.write(fd, line.encode())

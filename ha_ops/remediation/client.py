@@ -24,12 +24,20 @@ def urls_from_spec(spec: ClusterSpec, layout: Layout) -> list[str]:
     return [f"{scheme}://{n.address}:{spec.remediation.port}" for n in layout.nodes_with_role("controller")]
 
 
+class ControllerRefused(TransportError):
+    """The controller answered with an HTTP error; `status` is its code (4xx: refused on the request's merits)."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+
 def call(
     url: str, method: str = "GET", files: TlsFiles | None = None, body: dict[str, Any] | None = None,
     timeout: float = 10.0,
 ) -> dict[str, Any]:  # fmt: skip
-    """One request; its JSON answer. TransportError naming the URL for an HTTP error (with the answer's text) or an
-    unreachable controller."""
+    """One request; its JSON answer. ControllerRefused naming the URL for an HTTP error (with the answer's text),
+    TransportError for an unreachable controller."""
     data = json.dumps(body if body is not None else {}).encode() if method == "POST" else None
     request = urllib.request.Request(url, method=method, data=data, headers={"Content-Type": "application/json"})
     context = ReloadingContext(files, server=False).get() if files is not None else None
@@ -38,7 +46,7 @@ def call(
             return json.loads(response.read())
     except urllib.error.HTTPError as exc:
         text = exc.read().decode(errors="replace")
-        raise TransportError(f"{url}: HTTP {exc.code}: {text.strip()}") from None
+        raise ControllerRefused(f"{url}: HTTP {exc.code}: {text.strip()}", exc.code) from None
     except (urllib.error.URLError, OSError, ValueError) as exc:
         raise TransportError(f"{url}: {exc}") from None
 
@@ -75,6 +83,6 @@ class Controllers:
                 return call(f"{url}{path}", "POST", self.files, body, self.timeout)
             except TransportError as exc:
                 seen.append(str(exc))
-                if "HTTP 4" in str(exc):  # refused on its merits (a bad request, not an operator): no use asking again
-                    break
+                if isinstance(exc, ControllerRefused) and 400 <= exc.status < 500:
+                    break  # refused on its merits (a bad request, not an operator): no use asking the other
         raise TransportError(f"{path}: {'; '.join(seen)}")

@@ -77,7 +77,7 @@ class Executor:
         return "resumed"
 
     def _requeue_jobs(self, intent: Intent) -> str:
-        requeued, kept = [], []
+        requeued, kept, finished = [], [], []
         # A lost node's jobs were requeued by Slurm when it was marked DOWN; it has been fenced since.
         for job_id in intent.args.get("release", []):
             if self.scheduler.job_state(job_id) == "PENDING":
@@ -86,12 +86,18 @@ class Executor:
         for job in self.scheduler.jobs_on(intent.node):
             if job.state not in ("RUNNING", "CONFIGURING", "COMPLETING"):
                 continue
+            if job.state == "COMPLETING" and job.exit_code == 0:
+                # It ran to its end and only its clean-up is left: a requeue would run it all again. (One that
+                # failed, likely of the node's fault, is requeued to resume from its checkpoint.)
+                finished.append(job.id)
+                continue
             if self.scheduler.job_requeueable(job.id):
                 self.scheduler.requeue(job.id)
                 requeued.append(job.id)
             else:
                 kept.append(job.id)
-        return f"requeued [{', '.join(requeued)}]; not requeueable, left to finish [{', '.join(kept)}]"
+        done = f"; finished, left [{', '.join(finished)}]" if finished else ""
+        return f"requeued [{', '.join(requeued)}]; not requeueable, left to finish [{', '.join(kept)}]{done}"
 
     def _spare_in(self, intent: Intent) -> str:
         nodes = self.scheduler.partition_nodes(self.partition)

@@ -39,6 +39,8 @@ class SchedulerJob:
     state: str  # RUNNING, PENDING, COMPLETING, ...
     nodes: tuple[str, ...]
     name: str = ""
+    # How a COMPLETING job ended (0: it ran to its end), where the scheduler says; None while it runs, or unknown.
+    exit_code: int | None = None
 
 
 class Scheduler(Protocol):

@@ -111,7 +111,8 @@ class Slurm:
             state = job_state_word(record.get("job_state"))
             if state not in FINISHED_JOB_STATES:
                 nodes = tuple(expand_hostlist(str(record.get("nodes") or "")))
-                found.append(SlurmJob(str(record["job_id"]), state, nodes, str(record.get("name") or "")))
+                ended = job_exit_code(record.get("exit_code")) if state == "COMPLETING" else None
+                found.append(SlurmJob(str(record["job_id"]), state, nodes, str(record.get("name") or ""), ended))
         return found
 
     def node_states(self) -> dict[str, str]:
@@ -219,6 +220,28 @@ def with_reliable(features: list[str], reliable: bool) -> list[str]:
 FINISHED_JOB_STATES = frozenset(
     {"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY"}
 )
+
+
+def job_exit_code(value: Any) -> int | None:
+    """A job record's exit code: Slurm 22.05's wait status (a number), or the object of later releases (its
+    return_code, or 128 + the signal that killed it); None where the record has none."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if not isinstance(value, dict):
+        return None
+    signal = _number(value.get("signal", {}).get("id") if isinstance(value.get("signal"), dict) else None)
+    if signal:
+        return 128 + signal
+    return _number(value.get("return_code"))
+
+
+def _number(value: Any) -> int | None:
+    """An int, or the {"set", "number"} object later releases wrap numbers in (None when not set)."""
+    if isinstance(value, dict):
+        return int(value["number"]) if value.get("set", True) and isinstance(value.get("number"), int) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def job_state_word(state: Any) -> str:

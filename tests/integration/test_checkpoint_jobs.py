@@ -19,7 +19,7 @@ from ha_ops.chaos.workload import JOB, judge
 from ha_ops.checkpoint.reference_job import parse_event
 from ha_ops.errors import WaitTimeout
 from ha_ops.lab.cluster import Lab
-from ha_ops.schedulers.slurm import Slurm
+from ha_ops.schedulers.slurm import Slurm, job_exit_code
 from ha_ops.util.wait import wait_for
 from tests.labkit import cluster
 
@@ -55,6 +55,13 @@ def submit(lab: Lab, work: Path, *args: str) -> str:
 def events(work: Path, job: str) -> list[tuple[str, dict[str, str]]]:
     path = work / f"{job}.log"
     return [parse_event(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def ended_record(slurm: Slurm, job: str) -> object:
+    """The finished job's exit code in squeue --json's record (slurmctld keeps it for MinJobAge)."""
+    record = slurm._job_record(job)  # the adapter reads this field of COMPLETING jobs only: no public reader
+    assert record is not None, f"job {job} forgotten"
+    return record.get("exit_code")
 
 
 def state(slurm: Slurm, job: str) -> str:
@@ -93,6 +100,9 @@ def test_kill_9_mid_save_then_requeue_resumes_from_the_last_committed_step(lab: 
         time.sleep(0.002)
     os.kill(pid, signal.SIGKILL)  # the job's own process: the batch script exec'd ha-ops
     wait_for(f"job {job} ended", lambda: state(slurm, job) not in ("RUNNING", "COMPLETING"), timeout=30, interval=0.1)
+    # Slurm's record says how it ended, as the remediation executor reads it of a COMPLETING job (it leaves a job
+    # that ran to its end, and requeues one that failed).
+    assert job_exit_code(ended_record(slurm, job)) not in (0, None)
     torn = sorted(p.name for p in checkpoints.iterdir() if p.name.startswith(".tmp-step-"))
     last_saved = max(int(f["step"]) for e, f in events(work, job) if e == "saved")
 
@@ -107,10 +117,11 @@ def test_kill_9_mid_save_then_requeue_resumes_from_the_last_committed_step(lab: 
     assert len(starts) == 2 and starts[1]["restart"] == "1"
     assert int(starts[1]["from"]) >= last_saved > 0  # every committed save kept; none done again
     assert int(starts[1]["from"]) == shown["latest"]
-    if torn:  # the SIGKILL came inside a save (nearly always): the restart named the torn step and passed it over
-        assert starts[1]["skipped"] == ",".join(t.split("-")[2].lstrip("0") or "0" for t in torn)
+    # The SIGKILL came inside a save (nearly always): the restart named the torn step and passed it over.
+    assert starts[1]["skipped"] == (",".join(t.split("-")[2].lstrip("0") or "0" for t in torn) or "-")
     account = judge([job], {job: (work / f"{job}.log").read_text().splitlines()}, queued=set())
     assert account.ok and account.completed_once == [job] and account.restarted == [job]
+    assert job_exit_code(ended_record(slurm, job)) == 0
     print(f"killed in a save: {bool(torn)}; last saved step {last_saved}; resumed from {starts[1]['from']}")
 
 

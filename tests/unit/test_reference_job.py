@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,13 @@ from tests.unit.cli_helpers import json_of, run_main
 
 
 def events(settings: JobSettings) -> list[tuple[str, dict[str, str]]]:
-    return [parse_event(line) for line in settings.log_path.read_text().splitlines()]
+    """The log's events, each line's time (`at`, checked here) left out."""
+    found = []
+    for line in settings.log_path.read_text().splitlines():
+        event, fields = parse_event(line)
+        assert abs(float(fields.pop("at")) - time.time()) < 60, line
+        found.append((event, fields))
+    return found
 
 
 def test_a_job_runs_to_its_last_step_keeping_the_last_three(tmp_path: Path) -> None:

@@ -114,3 +114,20 @@ def test_a_requeued_job_is_released_in_a_later_second_than_its_kill() -> None:
     Slurm(transport).release_requeued("21")
     assert int(transport.released_at) > int(pending_seen)
     assert transport.calls[-1] == ["squeue", "-h", "-j", "21", "-o", "%T"]
+
+
+def test_a_completing_job_says_how_it_ended_in_either_releases_record() -> None:
+    signalled = {"status": ["SIGNALED"], "return_code": {"set": True, "number": 0},
+                 "signal": {"id": {"set": True, "number": 9}, "name": "KILL"}}  # fmt: skip
+    success = {"status": ["SUCCESS"], "return_code": {"set": True, "number": 0},
+               "signal": {"id": {"set": False, "number": 0}, "name": ""}}  # fmt: skip
+    jobs = [
+        {**job(30, "COMPLETING", "gpu1", "ok", True), "exit_code": 0},  # 22.05: the wait status
+        {**job(31, "COMPLETING", "gpu2", "failed", True), "exit_code": 256},  # exit 1
+        {**job(32, "COMPLETING", "gpu3", "later", True), "exit_code": signalled},  # later releases: an object
+        {**job(33, "COMPLETING", "gpu4", "later-ok", True), "exit_code": success},
+        {**job(34, "RUNNING", "gpu5", "runs", True), "exit_code": 0},
+        job(35, "COMPLETING", "gpu6", "unknown", True),
+    ]
+    ended = {j.id: j.exit_code for j in Slurm(Answers(jobs)).jobs()}
+    assert ended == {"30": 0, "31": 256, "32": 137, "33": 0, "34": None, "35": None}
