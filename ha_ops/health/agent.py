@@ -198,7 +198,7 @@ class Agent:
             log.info("verdict: %s (%s) %s", verdict.state, verdict.action, verdict.reason)
         self.verdict = verdict
         self._act(verdict, changed, now)
-        stats.sweep_seconds = time.perf_counter() - started
+        stats.observe_sweep(time.perf_counter() - started)
         stats.drained_by_agent = self.state.drained_by_agent
         self.collector.update(samples, verdict)
         return verdict

@@ -15,7 +15,7 @@ from ha_ops.util.names import NodeName
 
 class MetricsConfig(ConfigModel):
     address: str = "0.0.0.0"
-    port: int = Field(9400, ge=0, le=65535, description="0 disables the metrics endpoint.")
+    port: int = Field(9426, ge=0, le=65535, description="0 disables the metrics endpoint.")
 
 
 class SlurmReporting(ConfigModel):

@@ -983,7 +983,7 @@ def _fleet_metrics(records: list[Any], now: float, config: ControllerConfig, sin
     """The fleet's history (history.py): incidents by cause, the nodes' MTBI, each pool's MTBI, nodes by tier."""
     by_cause = history.causes(records)
     incidents = GaugeMetricFamily(
-        "ha_ops_fleet_incidents_total",
+        "ha_ops_fleet_incidents",
         "Incidents in the controller's history by cause (the latest fleet.max_incidents; survives failovers)",
         labels=["cause"],
     )

@@ -49,7 +49,7 @@ XID_CLASSES: dict[int, str] = {
     136: "hardware",
     154: "recovery",
 }  # fmt: skip
-# Every cause an incident may have (the label values of ha_ops_fleet_incidents_total).
+# Every cause an incident may have (the label values of ha_ops_fleet_incidents).
 CAUSES: tuple[str, ...] = (
     *sorted({f"xid-{c}" for c in XID_CLASSES.values()} | {"xid-application", "xid-other"}),
     "ecc",

@@ -148,7 +148,7 @@ class Monitoring(StrictModel):
     host: Host
     prometheus_port: Port = 9090
     alertmanager_port: Port = 9093
-    agent_port: Port = 9400
+    agent_port: Port = 9426
     scrape_interval_s: float = Field(default=1.0, gt=0, le=300)
 
 

@@ -15,7 +15,7 @@ node: gpu1
 backend: fake
 fake_dir: /var/lib/ha-ops/fake-gpus
 sweep_interval_s: 5.0
-metrics: {address: 0.0.0.0, port: 9400}
+metrics: {address: 0.0.0.0, port: 9426}
 slurm: {enabled: false, auto_resume: true, resume_after_healthy_sweeps: 3}
 controller: {urls: []}
 state_file: /var/lib/ha-ops/agent-state.json
@@ -34,14 +34,14 @@ def test_check_config_accepts_a_good_file(
     path = write(tmp_path, GOOD)
     assert run_main(monkeypatch, "agent", "check-config", str(path)) == 0
     out = capsys.readouterr().out
-    assert "ok" in out and "gpu1" in out and "9400" in out
+    assert "ok" in out and "gpu1" in out and "9426" in out
 
 
 @pytest.mark.parametrize(
     "change,field",
     [
         (("sweep_interval_s: 5.0", "sweep_interval_s: 0"), "sweep_interval_s"),
-        (("port: 9400", "port: 70000"), "metrics.port"),
+        (("port: 9426", "port: 70000"), "metrics.port"),
         (("backend: fake", "backend: rocm"), "backend"),
         (("resume_after_healthy_sweeps: 3", "resume_after_healthy_sweeps: 0"), "slurm.resume_after_healthy_sweeps"),
         (("node: gpu1\n", "nodes: gpu1\n"), "nodes"),  # unknown key (and node missing)

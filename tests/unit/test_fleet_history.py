@@ -442,8 +442,8 @@ def test_the_history_survives_a_failover(tmp_path: Path) -> None:
 
 def test_fleet_metrics(rig_with_history: Rig) -> None:
     text = generate_latest(rig_with_history.c.registry).decode()
-    assert 'ha_ops_fleet_incidents_total{cause="xid-off-bus"} 1.0' in text
-    assert 'ha_ops_fleet_incidents_total{cause="thermal"} 0.0' in text
+    assert 'ha_ops_fleet_incidents{cause="xid-off-bus"} 1.0' in text
+    assert 'ha_ops_fleet_incidents{cause="thermal"} 0.0' in text
     assert "# TYPE ha_ops_fleet_mtbi_seconds histogram" in text
     assert 'ha_ops_fleet_mtbi_seconds_bucket{le="+Inf"} 1.0' in text
     assert "ha_ops_fleet_mtbi_seconds_count 1.0" in text

@@ -170,7 +170,9 @@ def agent_exposition() -> str:
     verdict = evaluate(samples, {}, ledger, now, Thresholds())
     collector.update(samples, verdict)
     stats = collector.stats  # what the agent's sweep counts
-    stats.sweeps, stats.read_errors, stats.sweep_seconds = 3, 1, 0.05
+    stats.sweeps, stats.read_errors = 3, 1
+    for seconds in (0.05, 0.04, 0.3):
+        stats.observe_sweep(seconds)
     stats.findings.update((f.check, str(f.severity)) for f in verdict.findings)
     stats.events.update((e.gpu, e.kind, e.xid) for e in events)
     return scrape(collector)
@@ -357,3 +359,31 @@ def test_the_provisioning_files() -> None:
     assert providers["apiVersion"] == 1
     (provider,) = providers["providers"]
     assert provider["type"] == "file" and provider["options"]["path"].startswith("/")
+
+
+# --- the exporters' metric names ------------------------------------------------------------------------------
+def expositions(tmp_path: Path) -> dict[str, str]:
+    return {"agent": agent_exposition(), "controller": controller_exposition(tmp_path), "storage": storage_exposition()}
+
+
+def test_metric_names_follow_prometheus_conventions(tmp_path: Path) -> None:
+    """Base units, ratios not percentages, `_total` for counters only, and no port shared with dcgm-exporter's."""
+    for exporter, text in expositions(tmp_path).items():
+        for family in text_string_to_metric_families(text):
+            where = f"{exporter}: {family.name} ({family.type})"
+            assert family.name.startswith("ha_ops_"), where
+            assert not re.search(r"_(percent|pct|milliseconds|ms|celsius_x10)$", family.name), where
+            assert family.type == "counter" or not family.name.endswith("_total"), where
+            assert family.documentation, where
+    from ha_ops.spec.model import Monitoring
+
+    assert Monitoring.model_fields["agent_port"].default != 9400  # dcgm-exporter's default: both run on a GPU node
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool (Debian prometheus) is not installed")
+def test_promtool_check_metrics_is_clean_for_every_exporter(tmp_path: Path) -> None:
+    for exporter, text in expositions(tmp_path).items():
+        done = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0 and not (done.stdout + done.stderr).strip(), (
+            f"{exporter}: {done.stdout}{done.stderr}"
+        )

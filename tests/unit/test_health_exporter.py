@@ -66,8 +66,17 @@ def test_per_gpu_gauges_for_known_values() -> None:
     assert value(metrics, "ha_ops_gpu_clock_event_reasons", gpu="0") == 1.0
     assert value(metrics, "ha_ops_gpu_pcie_width", gpu="0") == 16.0
     assert value(metrics, "ha_ops_gpu_memory_total_bytes", gpu="0") == 85899345920.0
-    assert value(metrics, "ha_ops_gpu_nvlink_errors", gpu="0", kind="replay") == 0.0
+    assert value(metrics, "ha_ops_gpu_nvlink_errors_total", gpu="0", kind="replay") == 0.0
     assert value(metrics, "ha_ops_gpu_lost", gpu="1") == 0.0
+
+
+def test_utilisation_is_a_ratio_and_nvml_counts_are_counters() -> None:
+    metrics = scrape(collector_for([sample(0, utilization_gpu_pct=37, ecc_aggregate_corrected=12,
+                                           pcie_replay_counter=5)]))  # fmt: skip
+    assert value(metrics, "ha_ops_gpu_utilization_ratio", gpu="0") == 0.37
+    assert value(metrics, "ha_ops_gpu_ecc_aggregate_corrected_total", gpu="0") == 12.0
+    assert value(metrics, "ha_ops_gpu_pcie_replays_total", gpu="0") == 5.0
+    assert value(metrics, "ha_ops_gpu_ecc_volatile_uncorrected_total", gpu="0") == 0.0
 
 
 def test_gauges_absent_for_not_supported_unreadable_and_lost() -> None:
@@ -79,7 +88,7 @@ def test_gauges_absent_for_not_supported_unreadable_and_lost() -> None:
     metrics = scrape(collector_for(samples))
     assert value(metrics, "ha_ops_gpu_memory_temperature_celsius", gpu="0") is None
     assert value(metrics, "ha_ops_gpu_recovery_action", gpu="0") is None
-    assert value(metrics, "ha_ops_gpu_nvlink_errors", gpu="0", kind="replay") is None
+    assert value(metrics, "ha_ops_gpu_nvlink_errors_total", gpu="0", kind="replay") is None
     assert value(metrics, "ha_ops_gpu_temperature_celsius", gpu="0") == 34.0  # the rest is there
     for gpu in ("1", "2"):
         assert value(metrics, "ha_ops_gpu_temperature_celsius", gpu=gpu) is None
@@ -156,7 +165,9 @@ def test_counters_through_the_agent(tmp_path: Path) -> None:
     assert value(metrics, "ha_ops_agent_sweeps_total") == 3.0
     assert value(metrics, "ha_ops_agent_read_errors_total") == 2.0
     assert value(metrics, "ha_ops_agent_drained_node") == 0.0
-    assert (value(metrics, "ha_ops_agent_sweep_seconds") or 0.0) >= 0.0
+    assert value(metrics, "ha_ops_agent_sweep_duration_seconds_count") == 3.0
+    assert 0.0 < (value(metrics, "ha_ops_agent_sweep_duration_seconds_sum") or 0.0) < 30.0
+    assert value(metrics, "ha_ops_agent_sweep_duration_seconds_bucket", le="+Inf") == 3.0
     assert value(metrics, "ha_ops_node_health", state="degraded") == 1.0
     # Counters are typed as counters in the exposition.
     registry = CollectorRegistry()

@@ -63,7 +63,7 @@ def test_storage_groups_and_the_replica_count_come_from_the_spec(lab_storage: di
     assert cluster["slurm_controller_cluster_name"] == "labstor"
     assert cluster["slurm_controller_slurmctld_timeout"] == 20
     assert cluster["monitoring_controller_port"] == 8800
-    assert cluster["ha_ops_agent_metrics_port"] == cluster["monitoring_agent_port"] == 9400
+    assert cluster["ha_ops_agent_metrics_port"] == cluster["monitoring_agent_port"] == 9426
 
 
 def test_names_become_valid_group_names_and_gres_types() -> None:

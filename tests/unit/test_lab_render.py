@@ -351,12 +351,12 @@ def test_prometheus_scrape_jobs(ctx: LabContext) -> None:
 
 
 def test_prometheus_ports_from_the_spec(tmp_path: Path) -> None:
-    spec = variant(lambda d: d["monitoring"].update(prometheus_port=19090, alertmanager_port=19093, agent_port=19400))
+    spec = variant(lambda d: d["monitoring"].update(prometheus_port=19090, alertmanager_port=19093, agent_port=19426))
     ctx = make_ctx(spec, tmp_path / "lab")
     scrape = jobs(monitoring.render_prometheus(ctx))
     assert [t.rsplit(":", 1)[1] for t in scrape["prometheus"]] == ["19090"]
     assert [t.rsplit(":", 1)[1] for t in scrape["alertmanager"]] == ["19093"]
-    assert {t.rsplit(":", 1)[1] for t in scrape["ha-ops-agent"]} == {"19400"}
+    assert {t.rsplit(":", 1)[1] for t in scrape["ha-ops-agent"]} == {"19426"}
 
 
 @pytest.mark.parametrize(("seconds", "duration"), [(1, "1s"), (15, "15s"), (300, "300s"), (0.5, "500ms")])

@@ -503,7 +503,7 @@ def test_a_new_leader_waits_for_the_agents_before_acting_on_alerts() -> None:
 
 def test_alert_names_the_node_through_instance() -> None:
     sim = Sim()
-    a = {"status": "firing", "labels": {"alertname": "HaOpsGpuNodeUnhealthy", "instance": "n3:9400"}}
+    a = {"status": "firing", "labels": {"alertname": "HaOpsGpuNodeUnhealthy", "instance": "n3:9426"}}
     sim.alert(a)
     assert sim.node("n3").phase == NodePhase.CORDONED
 

@@ -9,7 +9,7 @@ testinfra_hosts = ["podman://hao-ha-ops-agent"]
 VENV = "/opt/ha-ops"
 CONFIG = "/etc/ha-ops/agent.yaml"
 FAKE_DIR = "/var/lib/ha-ops/fake-gpus"
-METRICS = "http://127.0.0.1:9400/metrics"
+METRICS = "http://127.0.0.1:9426/metrics"
 FETCH = f"python3 -c \"import urllib.request; print(urllib.request.urlopen('{METRICS}', timeout=3).read().decode())\""
 SAMPLE = re.compile(r"^(\w+)\{([^}]*)\} (\S+)$")
 
@@ -89,7 +89,7 @@ def test_config_is_valid_for_the_agent_and_as_rendered(host):
 
 
 def test_a_bad_config_is_refused_naming_the_field(host):
-    host.check_output(f"sed 's/port: 9400/port: 99999/' {CONFIG} > /tmp/bad.yaml")
+    host.check_output(f"sed 's/port: 9426/port: 99999/' {CONFIG} > /tmp/bad.yaml")
     cmd = host.run(f"{VENV}/bin/ha-ops agent check-config /tmp/bad.yaml")
     assert cmd.rc == 2
     assert "metrics.port" in cmd.stderr

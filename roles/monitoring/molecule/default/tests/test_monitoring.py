@@ -175,12 +175,12 @@ def test_prometheus_loaded_both_rule_groups(host):
 
 def test_targets_come_from_the_inventory_groups(host):
     config = host.file("/etc/prometheus/prometheus.yml").content_string
-    assert '["gpu1:9400", "gpu2:9400"]' in config
+    assert '["gpu1:9426", "gpu2:9426"]' in config
     active = api(host, "https://127.0.0.1:9090/api/v1/targets")["activeTargets"]
     jobs = {}
     for t in active:
         jobs.setdefault(t["labels"]["job"], set()).add(t["labels"]["instance"])
-    assert jobs["ha-ops-agent"] == {"gpu1:9400", "gpu2:9400"}
+    assert jobs["ha-ops-agent"] == {"gpu1:9426", "gpu2:9426"}
     assert jobs["ha-ops-controller"] == {"ctl1:8800", "ctl2:8800"}
     assert jobs["node"] == {"gpu1:9100", "gpu2:9100"}
     assert jobs["ha-ops-storage"] == {"127.0.0.1:9425"}
@@ -217,7 +217,7 @@ def test_an_alert_reaches_the_controller_webhook(host, controller):
             path, caller, body = line.split(" ", 2)
             for alert in json.loads(body)["alerts"]:
                 labels = alert["labels"]
-                if labels["alertname"] == "HaOpsScrapeTargetDown" and labels["instance"] == "gpu1:9400":
+                if labels["alertname"] == "HaOpsScrapeTargetDown" and labels["instance"] == "gpu1:9426":
                     assert path == "/v1/alerts" and alert["status"] == "firing" and caller == "alertmanager"
                     assert labels["cluster"] == "molecule"  # external labels travel with the alert
                     return True
@@ -233,7 +233,7 @@ def test_an_alert_reaches_the_controller_webhook(host, controller):
             for a in api(host, "https://127.0.0.1:9090/api/v1/alerts")["alerts"]
         }
 
-    assert alerts()[("HaOpsNodeDown", "gpu1:9400")] in ("pending", "firing")
+    assert alerts()[("HaOpsNodeDown", "gpu1:9426")] in ("pending", "firing")
     # The stand-in answers as ctl1 (Prometheus' certificate scrapes it over TLS): its target comes up and its down
     # alert resolves; ctl2 stays down.
     wait("ctl1's down alert resolved", lambda: ("HaOpsScrapeTargetDown", "ctl1:8800") not in alerts())
