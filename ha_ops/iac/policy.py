@@ -57,8 +57,9 @@ def check_pools(spec: ClusterSpec) -> list[Violation]:
     for i, pool in enumerate(spec.pools):
         where = f"pools[{i}]"
         unknown = sorted(set(pool.domains) - known)
-        # Where nodes land (round-robin over the list), not what the list names: [rack1, rack1] is one domain.
-        used = {pool.domains[k % len(pool.domains)] for k in range(pool.count)} & known if pool.domains else set()
+        # Where nodes land (round-robin over the list, or each listed node's), not what the list names: [rack1,
+        # rack1] is one domain.
+        used = set(pool.node_domains()) & known if pool.domains or pool.nodes else set()
         if unknown:
             out.append(Violation("HA-POOL-DOMAINS", f"{where}.domains", f"unknown failure domain(s) {unknown}"))
         if len(used) < MIN_POOL_DOMAINS:
@@ -75,10 +76,10 @@ def check_pools(spec: ClusterSpec) -> list[Violation]:
             out.append(
                 Violation(
                     "HA-POOL-SPARES",
-                    f"{where}.spare_fraction",
+                    f"{where}.nodes" if pool.nodes else f"{where}.spare_fraction",
                     f"pool {pool.name!r} holds {pool.spare_count} spare(s) of {pool.count} nodes "
-                    f"(spare_fraction {pool.spare_fraction}); needs >= {required} ({MIN_SPARE_FRACTION:.0%}, "
-                    "at least one)",
+                    f"({'marked spare' if pool.nodes else f'spare_fraction {pool.spare_fraction}'}); needs >= "
+                    f"{required} ({MIN_SPARE_FRACTION:.0%}, at least one)",
                 )
             )
     return out
@@ -203,7 +204,7 @@ def check_pool_zones(spec: ClusterSpec, zone_map: Mapping[str, str]) -> list[Vio
     span two availability zones; two spec zones mapped onto one AZ fail together."""
     out = []
     for i, pool in enumerate(spec.pools):
-        zones = {spec.domain(d).zone for d in pool.domains[: pool.count]}
+        zones = {spec.domain(d).zone for d in set(pool.node_domains()) if pool.domains or pool.nodes}
         azs = {zone_map[z] for z in zones if z in zone_map}
         if len(azs) < MIN_POOL_ZONES:
             out.append(

@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ha_ops.errors import LabError, NotRootError
+from ha_ops.errors import LabError, NotRootError, SpecError
 from ha_ops.lab import (
     agents,
     audit_sink,
@@ -126,6 +126,10 @@ class Lab:
 
     # --- up -------------------------------------------------------------------------------------------------
     def up(self, progress: Progress = _no_progress, timeout: float = UP_TIMEOUT_S) -> LabState:
+        existing = [f"failure_domains[{i}].subnet" for i, d in enumerate(self.spec.failure_domains) if d.subnet]
+        if existing:  # the lab builds its own fabric and addresses; a cluster that exists is reached, not built
+            raise SpecError(existing[0], ["an existing cluster's subnet: the lab builds its own fabric and addresses "
+                                          "(run ha-ops on that cluster with its inventory instead)"])  # fmt: skip
         _require_root()
         missing = [c for c in REQUIRED_COMMANDS if shutil.which(c) is None]
         if missing:

@@ -43,6 +43,8 @@ def _host_vars(spec: ClusterSpec, node: NodeLayout) -> dict[str, Any]:
         "ha_ops_power_feed": domain.power_feed,
         "ha_ops_leaf": node.leaf,
     }
+    if node.bmc is not None:  # `ha-ops power` and the remediation controllers reach the node's BMC with it
+        hostvars["ha_ops_bmc"] = node.bmc.model_dump(mode="json", exclude_none=True, exclude_defaults=True)
     if "gpu" in node.roles:
         hostvars |= {
             "ha_ops_pool": node.pool,

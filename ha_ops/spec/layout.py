@@ -10,6 +10,7 @@ from ipaddress import IPv4Address, IPv4Network
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from ha_ops.cluster.power import BmcConfig
     from ha_ops.spec.model import ClusterSpec
 
 SPINE_ASN = 65000
@@ -65,6 +66,7 @@ class NodeLayout:
     cpus: int = 2
     memory_mb: int = 1024
     spare: bool = False
+    bmc: BmcConfig | None = None
 
 
 @dataclass(frozen=True)
@@ -97,6 +99,13 @@ def leaf_for_domain(spec: ClusterSpec, domain: str) -> int:
     raise KeyError(domain)
 
 
+def subnet_for_domain(spec: ClusterSpec, leaves: list[LeafLayout], domain: str) -> IPv4Network:
+    """Where the domain's hosts have their addresses: an existing cluster's subnet, or the domain's leaf's /24."""
+    leaf = leaf_for_domain(spec, domain)  # KeyError for a domain the spec lacks (an unvalidated spec)
+    subnet = next(d.subnet for d in spec.failure_domains if d.name == domain)
+    return subnet if subnet is not None else leaves[leaf - 1].subnet
+
+
 def compute_layout(spec: ClusterSpec) -> Layout:
     fab = spec.fabric
     base = int(spec.network.host_cidr.network_address)
@@ -119,29 +128,35 @@ def compute_layout(spec: ClusterSpec) -> Layout:
     # (name, roles, domain, address, extra, where): `where` is the spec field that names the host, for problems.
     wanted: list[tuple[str, tuple[str, ...], str, IPv4Address | None, dict, str]] = []
     for i, host in enumerate(spec.controllers.hosts):
-        wanted.append((host.name, ("controller",), host.domain, host.address, {}, f"controllers.hosts[{i}]"))
+        wanted.append((host.name, ("controller",), host.domain, host.address, {"bmc": host.bmc},
+                       f"controllers.hosts[{i}]"))  # fmt: skip
     mon = spec.monitoring.host
-    wanted.append((mon.name, ("monitoring",), mon.domain, mon.address, {}, "monitoring.host"))
+    wanted.append((mon.name, ("monitoring",), mon.domain, mon.address, {"bmc": mon.bmc}, "monitoring.host"))
     if spec.storage:
         for role in ("master", "metalogger"):
             host = getattr(spec.storage, role)
             if host is not None:
-                wanted.append((host.name, (f"storage_{role}",), host.domain, host.address, {}, f"storage.{role}"))
+                wanted.append((host.name, (f"storage_{role}",), host.domain, host.address, {"bmc": host.bmc},
+                               f"storage.{role}"))  # fmt: skip
         for i, host in enumerate(spec.storage.hosts):
-            wanted.append((host.name, ("chunkserver",), host.domain, host.address, {}, f"storage.hosts[{i}]"))
+            wanted.append((host.name, ("chunkserver",), host.domain, host.address, {"bmc": host.bmc},
+                           f"storage.hosts[{i}]"))  # fmt: skip
     for p, pool in enumerate(spec.pools):
-        names = pool.node_names()
         first_spare = pool.count - pool.spare_count
-        for k, name in enumerate(names):
+        for k, (name, domain) in enumerate(zip(pool.node_names(), pool.node_domains(), strict=True)):
+            listed = pool.nodes[k] if pool.nodes else None
             extra = {
                 "pool": pool.name,
                 "gpus": pool.gpus_per_node,
                 "gpu_model": pool.gpu_model,
                 "cpus": pool.cpus_per_node,
                 "memory_mb": pool.memory_mb,
-                "spare": k >= first_spare,
+                "spare": listed.spare if listed is not None else k >= first_spare,
+                "bmc": listed.bmc if listed is not None else None,
             }
-            wanted.append((name, ("gpu",), pool.domains[k % len(pool.domains)], None, extra, f"pools[{p}]"))
+            address = listed.address if listed is not None else None
+            where = f"pools[{p}].nodes[{k}]" if listed is not None else f"pools[{p}]"
+            wanted.append((name, ("gpu",), domain, address, extra, where))
 
     problems: list[str] = []
     taken: dict[IPv4Address, str] = {}
@@ -149,16 +164,19 @@ def compute_layout(spec: ClusterSpec) -> Layout:
         taken[leaf.gateway] = f"{leaf.name} gateway"
     master_spec = spec.storage.master if spec.storage is not None and spec.storage.kind == "moosefs" else None
     if master_spec is not None:  # the address that moves with the master role: no host may have it
-        master_leaf = leaves[leaf_for_domain(spec, master_spec.domain) - 1]
-        taken[master_leaf.subnet.network_address + MFSMASTER_OFFSET] = "the MooseFS master's service address"
+        master_subnet = subnet_for_domain(spec, leaves, master_spec.domain)
+        taken[master_subnet.network_address + MFSMASTER_OFFSET] = "the MooseFS master's service address"
     for name, _roles, domain, address, _extra, where in wanted:
+        subnet = subnet_for_domain(spec, leaves, domain)
+        existing = spec.domain(domain).subnet is not None
         if address is None:
+            if existing:
+                problems.append(f"{where}.address: {name} is in {domain}, an existing subnet ({subnet}): give its "
+                                "address")  # fmt: skip
             continue
-        leaf = leaves[leaf_for_domain(spec, domain) - 1]
-        if address not in leaf.subnet or address in (leaf.subnet.network_address, leaf.subnet.broadcast_address):
-            problems.append(
-                f"{where}.address: {address} ({name}) is not a host address of {leaf.name}'s subnet {leaf.subnet}"
-            )
+        whose = f"{domain}'s subnet" if existing else f"leaf{leaf_for_domain(spec, domain)}'s subnet"
+        if address not in subnet or address in (subnet.network_address, subnet.broadcast_address):
+            problems.append(f"{where}.address: {address} ({name}) is not a host address of {whose} {subnet}")
         elif address in taken:
             problems.append(f"{where}.address: {address} ({name}) collides with {taken[address]}")
         else:
@@ -193,12 +211,13 @@ def compute_layout(spec: ClusterSpec) -> Layout:
     if spec.storage is not None and spec.storage.kind == "moosefs" and spec.storage.master and spec.storage.metalogger:
         master = next(n for n in nodes if n.name == spec.storage.master.name)
         metalogger = next(n for n in nodes if n.name == spec.storage.metalogger.name)
-        if master.leaf != metalogger.leaf:
+        master_subnet = subnet_for_domain(spec, leaves, master.domain)
+        if master_subnet != subnet_for_domain(spec, leaves, metalogger.domain):
             problems.append(
-                f"storage.metalogger: {metalogger.name} is on leaf{metalogger.leaf} but the master {master.name} on "
-                f"leaf{master.leaf}; they must share a leaf so that the master's address can move to the metalogger"
+                f"storage.metalogger: {metalogger.name} is not in the subnet of the master {master.name} "
+                f"({master_subnet}); they must share one so that the master's address can move to the metalogger"
             )
-        service["mfsmaster"] = leaves[master.leaf - 1].subnet.network_address + MFSMASTER_OFFSET
+        service["mfsmaster"] = master_subnet.network_address + MFSMASTER_OFFSET
     return Layout(spines, leaves, links, nodes, problems, service)
 
 

@@ -15,6 +15,8 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints, model_validator
 from pydantic_core import PydanticCustomError
 
+from ha_ops.cluster.power import BmcConfig
+
 HostName = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9-]{0,30}$")]
 Port = Annotated[int, Field(ge=1024, le=65535)]
 # Names the layout gives to fabric switches; hosts may not take them.
@@ -55,12 +57,24 @@ class FailureDomain(StrictModel):
     rack: str
     power_feed: str
     leaf: int | None = Field(default=None, ge=1, description="Leaf switch (1-based) the domain's hosts attach to")
+    subnet: Cidr | None = Field(
+        default=None,
+        description="An existing cluster's: the subnet this domain's hosts already have addresses in (each host then "
+        "names its address). Without it the domain's hosts take addresses from its leaf's /24 of network.host_cidr.",
+    )
 
 
 class Host(StrictModel):
     name: HostName
     domain: HostName
     address: Address = None
+    bmc: BmcConfig | None = Field(default=None, description="Its BMC (Redfish or IPMI): the inventory's ha_ops_bmc.")
+
+
+class PoolNode(Host):
+    """A node of an existing cluster, by its own name and address."""
+
+    spare: bool = Field(default=False, description="Held out of the main partition until a node of the pool fails.")
 
 
 class Controllers(StrictModel):
@@ -71,7 +85,9 @@ class Controllers(StrictModel):
 
 
 class NodePool(StrictModel):
-    """GPU nodes of one kind. Nodes are named <name><n> (n from 1) and placed round-robin over `domains`."""
+    """GPU nodes of one kind: `count` nodes named <name><n> (n from 1), placed round-robin over `domains`, the last
+    `spare_fraction` of them spares; or an existing cluster's `nodes`, each with its own name, domain, address and
+    BMC, spares marked (`count` and `domains` then follow from the list)."""
 
     name: HostName
     count: int = Field(ge=1, le=100_000)
@@ -81,13 +97,35 @@ class NodePool(StrictModel):
     domains: list[HostName]
     cpus_per_node: int = Field(default=16, ge=1)
     memory_mb: int = Field(default=65536, ge=256)
+    nodes: list[PoolNode] = Field(default_factory=list, max_length=100_000)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_nodes(cls, data: object) -> object:
+        """With `nodes`, `count` and `domains` may be left out: the list says them (a stated one must agree)."""
+        if isinstance(data, dict) and isinstance(data.get("nodes"), list) and data["nodes"]:
+            listed = [n for n in data["nodes"] if isinstance(n, dict)]
+            data = {"count": len(data["nodes"]), **data}
+            if "domains" not in data:
+                data["domains"] = list(dict.fromkeys(n["domain"] for n in listed if isinstance(n.get("domain"), str)))
+        return data
 
     @property
     def spare_count(self) -> int:
+        if self.nodes:
+            return sum(n.spare for n in self.nodes)
         return math.floor(self.count * self.spare_fraction + 1e-9)
 
     def node_names(self) -> list[str]:
+        if self.nodes:
+            return [n.name for n in self.nodes]
         return [f"{self.name}{i}" for i in range(1, self.count + 1)]
+
+    def node_domains(self) -> list[str]:
+        """Each node's failure domain, in node order."""
+        if self.nodes:
+            return [n.domain for n in self.nodes]
+        return [self.domains[k % len(self.domains)] for k in range(self.count)]
 
 
 class Fabric(StrictModel):
@@ -256,6 +294,26 @@ class ClusterSpec(StrictModel):
         return names
 
 
+def _listed_node_problems(pool: NodePool, where: str, domains: set[str]) -> list[str]:
+    """An existing cluster's pool: its list agrees with `count` and `domains`, its domains exist, spares are marked
+    (not a fraction), and every node has an address."""
+    if not pool.nodes:
+        return []
+    problems = []
+    if pool.count != len(pool.nodes):
+        problems.append(f"{where}.count: {pool.count}, but {len(pool.nodes)} nodes are listed (leave count out)")
+    if pool.spare_fraction:
+        problems.append(f"{where}.spare_fraction: a pool that lists its nodes marks its spares (nodes[k].spare)")
+    for k, node in enumerate(pool.nodes):
+        if node.domain not in domains:
+            problems.append(f"{where}.nodes[{k}].domain: unknown failure domain {node.domain!r}")
+        elif node.domain not in pool.domains:
+            problems.append(f"{where}.nodes[{k}].domain: {node.domain!r} is not one of the pool's domains")
+        if node.address is None:
+            problems.append(f"{where}.nodes[{k}].address: a listed node needs its address (the one it has)")
+    return problems
+
+
 def _rule_problems(spec: ClusterSpec) -> list[str]:
     problems: list[str] = []
     domains = {d.name for d in spec.failure_domains}
@@ -304,15 +362,15 @@ def _rule_problems(spec: ClusterSpec) -> list[str]:
             problems.append(f"pools: duplicate pool name {name!r}")
     for i, pool in enumerate(spec.pools):
         where = f"pools[{i}]"
+        problems += _listed_node_problems(pool, where, domains)
         if not 0.0 <= pool.spare_fraction <= 0.5:
             problems.append(f"{where}.spare_fraction: {pool.spare_fraction} is outside 0-0.5")
         unknown = [d for d in pool.domains if d not in domains]
         if unknown:
             problems.append(f"{where}.domains: unknown failure domain(s) {', '.join(map(repr, unknown))}")
-        if len(set(pool.domains)) < 2:
-            problems.append(
-                f"{where}.domains: a pool must spread over >= 2 failure domains, got {len(set(pool.domains))}"
-            )
+        spread = set(pool.node_domains()) if pool.nodes else set(pool.domains)
+        if len(spread) < 2:
+            problems.append(f"{where}.domains: a pool must spread over >= 2 failure domains, got {len(spread)}")
         elif pool.count < 2:
             problems.append(f"{where}.count: 1 node cannot spread over >= 2 failure domains")
 

@@ -291,3 +291,16 @@ def test_a_spec_naming_an_undefined_domain_outside_the_pools_is_a_spec_error() -
         check_spec(broken)
     assert not isinstance(info.value, PolicyViolationError)
     assert info.value.problems == ["failure_domains: 'rack9' is not a failure domain of the spec"]
+
+
+def test_a_listed_pool_is_judged_by_its_nodes_domains_and_marked_spares() -> None:
+    existing = example("existing-cluster.yaml")
+    assert check_spec(existing) == []
+    pool = existing.pools[0]
+    unmarked = [n.model_copy(update={"spare": False}) for n in pool.nodes]
+    violations = check_spec(unvalidated(existing, pools=[pool.model_copy(update={"nodes": unmarked})]))
+    assert [(v.rule, v.field) for v in violations] == [("HA-POOL-SPARES", "pools[0].nodes")]
+    assert "holds 0 spare(s) of 6 nodes (marked spare)" in violations[0].message
+    one_rack = [n.model_copy(update={"domain": "row-a-r01"}) for n in pool.nodes]
+    violations = check_spec(unvalidated(existing, pools=[pool.model_copy(update={"nodes": one_rack})]))
+    assert "HA-POOL-DOMAINS" in {v.rule for v in violations}

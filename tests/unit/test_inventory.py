@@ -94,3 +94,36 @@ def test_a_bad_spec_is_refused_naming_the_field(tmp_path: Path, monkeypatch: pyt
     bad.write_text((EXAMPLES / "lab.yaml").read_text().replace("gpus_per_node: 8", "gpus_per_node: 0"))
     assert run_main(monkeypatch, "inventory", "--spec", str(bad)) == 2
     assert "gpus_per_node" in capsys.readouterr().err
+
+
+def test_an_existing_cluster_keeps_its_hosts_addresses_and_bmcs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """The spec of a cluster that exists (examples/existing-cluster.yaml) renders the inventory Ansible and
+    `ha-ops power` reach its hosts with: their own names and addresses, racks, marked spares, BMCs by reference."""
+    out = tmp_path / "inventory.yml"
+    code = run_main(monkeypatch, "inventory", "--spec", str(EXAMPLES / "existing-cluster.yaml"), "--out", str(out))
+    assert code == 0, capsys.readouterr().err
+    inventory = yaml.safe_load(out.read_text())
+    hosts = inventory["all"]["hosts"]
+    assert members(inventory, "slurm_controllers") == ["slurm-ctl-a", "slurm-ctl-b"]
+    assert members(inventory, "slurm_compute")[:2] == ["dgx-a01-1", "dgx-a01-2"]
+    assert members(inventory, "spares") == ["dgx-b01-2"]
+    assert members(inventory, "rack_b01") == ["slurm-ctl-b", "dgx-b01-1", "dgx-b01-2"]
+    assert hosts["dgx-a02-1"]["ansible_host"] == "10.40.2.11"
+    assert hosts["dgx-a02-1"]["ha_ops_bmc"] == {"kind": "redfish", "address": "https://10.41.2.11", "user": "ha-ops",
+                                                 "password_env": "HA_OPS_BMC_PASSWORD"}  # fmt: skip
+    assert hosts["slurm-ctl-a"]["ha_ops_bmc"]["password_file"] == "/etc/ha-ops/bmc-password"
+    assert "ha_ops_bmc" not in hosts["metrics-1"]  # none given: `ha-ops power` refuses it by name
+    from ha_ops.cluster.power import BmcConfig
+
+    assert BmcConfig.model_validate(hosts["dgx-a01-1"]["ha_ops_bmc"]).kind == "redfish"  # what `ha-ops power` reads
+
+
+def test_the_lab_refuses_an_existing_clusters_spec_before_building_anything() -> None:
+    from ha_ops.errors import SpecError
+    from ha_ops.lab.cluster import Lab
+
+    with pytest.raises(SpecError) as caught:
+        Lab(load_spec(EXAMPLES / "existing-cluster.yaml")).up()
+    assert caught.value.source == "failure_domains[0].subnet" and "builds its own fabric" in str(caught.value)

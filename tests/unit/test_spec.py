@@ -17,7 +17,7 @@ from ha_ops.errors import SpecError
 from ha_ops.spec import ClusterSpec, compute_layout, load_spec, parse_spec
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-EXAMPLE_FILES = ["lab.yaml", "production.yaml"]
+EXAMPLE_FILES = ["lab.yaml", "production.yaml", "existing-cluster.yaml"]
 
 Mutation = Callable[[dict[str, Any]], None]
 
@@ -167,9 +167,11 @@ def test_addresses_unique_and_inside_their_leaf(name: str) -> None:
     assert len(set(addresses)) == len(addresses)
     for node in layout.nodes:
         leaf = layout.leaf(node.leaf)
-        assert node.address in leaf.subnet, node
-        assert node.address not in (leaf.gateway, leaf.subnet.network_address, leaf.subnet.broadcast_address)
-        assert leaf.subnet.subnet_of(spec.network.host_cidr)
+        existing = spec.domain(node.domain).subnet  # an existing cluster's rack keeps its own subnet
+        subnet = existing or leaf.subnet
+        assert node.address in subnet, node
+        assert node.address not in (leaf.gateway, subnet.network_address, subnet.broadcast_address)
+        assert existing or leaf.subnet.subnet_of(spec.network.host_cidr)
     assert not set(layout.service_addresses.values()) & set(addresses)  # e.g. mfsmaster: no host has it
     link_addresses = [a for link in layout.links for a in (link.spine_address, link.leaf_address)]
     assert len(set(link_addresses)) == len(link_addresses)
@@ -539,3 +541,74 @@ def test_error_message_lists_source_and_problems() -> None:
         parse_spec(lab_with(put(("fabric", "uplinks_per_leaf"), 3)), source="cluster.yaml")
     assert str(info.value).startswith("cluster.yaml: fabric.uplinks_per_leaf: ")
     assert info.value.exit_code == 2
+
+
+# --- an existing cluster ------------------------------------------------------------------------------------
+
+
+def existing_data() -> dict[str, Any]:
+    return copy.deepcopy(_example_data("existing-cluster.yaml"))
+
+
+def existing_with(*mutations: Mutation) -> dict[str, Any]:
+    data = existing_data()
+    for mutate in mutations:
+        mutate(data)
+    return data
+
+
+def test_an_existing_cluster_keeps_its_names_addresses_bmcs_and_marked_spares() -> None:
+    spec = load_spec(EXAMPLES / "existing-cluster.yaml")
+    layout = compute_layout(spec)
+    assert layout.problems == []
+    gpus = layout.nodes_with_role("gpu")
+    assert [(n.name, str(n.address), n.domain) for n in gpus[:3]] == [
+        ("dgx-a01-1", "10.40.1.11", "row-a-r01"), ("dgx-a01-2", "10.40.1.12", "row-a-r01"),
+        ("dgx-a02-1", "10.40.2.11", "row-a-r02"),
+    ]  # fmt: skip
+    assert [n.name for n in gpus if n.spare] == ["dgx-b01-2"]
+    assert spec.pools[0].count == 6 and spec.pools[0].domains == ["row-a-r01", "row-a-r02", "row-b-r01"]
+    assert gpus[0].bmc is not None and gpus[0].bmc.address == "https://10.41.1.11"
+    assert str(layout.node("slurm-ctl-a").address) == "10.40.1.2"
+
+
+@pytest.mark.parametrize(
+    ("mutation", "field", "phrase"),
+    [
+        (drop(("pools", 0, "nodes", 1, "address")), "pools[0].nodes[1].address", "needs its address"),
+        (put(("pools", 0, "nodes", 1, "address"), "10.40.1.11"), "pools[0].nodes[1].address", "collides with dgx-a01"),
+        (put(("pools", 0, "nodes", 0, "address"), "10.40.2.40"), "pools[0].nodes[0].address",
+         "not a host address of row-a-r01's subnet 10.40.1.0/24"),
+        (put(("pools", 0, "count"), 7), "pools[0].count", "6 nodes are listed"),
+        (put(("pools", 0, "spare_fraction"), 0.2), "pools[0].spare_fraction", "marks its spares"),
+        (put(("pools", 0, "nodes", 2, "domain"), "row-z"), "pools[0].nodes[2].domain", "unknown failure domain"),
+        (put(("pools", 0, "domains"), ["row-a-r01", "row-a-r02"]), "pools[0].nodes[4].domain", "not one of the pool"),
+        (drop(("controllers", "hosts", 1, "address")), "controllers.hosts[1].address", "an existing subnet"),
+        (put(("pools", 0, "nodes", 3, "name"), "dgx-a02-1"), "hosts", "duplicate host name 'dgx-a02-1'"),
+        (put(("pools", 0, "nodes", 0, "bmc"), {"kind": "redfish", "address": "https://b", "user": "u"}),
+         "pools[0].nodes[0].bmc", "exactly one of password_file and password_env"),
+    ],
+)  # fmt: skip
+def test_existing_cluster_rules_name_their_field(mutation: Mutation, field: str, phrase: str) -> None:
+    problems = problems_of(existing_with(mutation))
+    matching = [p for p in problems if p.startswith(field) and phrase in p]
+    assert matching, f"no problem for {field!r} saying {phrase!r} in {problems}"
+
+
+def test_a_listed_pool_in_one_domain_is_refused() -> None:
+    nodes = [{"name": f"n{i}", "domain": "row-a-r01", "address": f"10.40.1.{20 + i}"} for i in range(3)]
+    assert_problem(problems_of(existing_with(put(("pools", 0, "nodes"), nodes))), "pools[0].domains",
+                   "spread over >= 2 failure domains, got 1")  # fmt: skip
+
+
+def test_the_storage_service_address_in_an_existing_subnet_is_reserved() -> None:
+    storage = {"kind": "moosefs", "replicas": 1,
+               "master": {"name": "mfs-m", "domain": "row-a-r01", "address": "10.40.1.30"},
+               "metalogger": {"name": "mfs-l", "domain": "row-a-r01", "address": "10.40.1.31"},
+               "hosts": [{"name": "mfs-c", "domain": "row-a-r02", "address": "10.40.2.30"}]}  # fmt: skip
+    assert compute_layout(parse_spec(existing_with(put(("storage",), storage)))).service_addresses == {
+        "mfsmaster": IPv4Address("10.40.1.5")
+    }
+    storage["hosts"][0] |= {"domain": "row-a-r01", "address": "10.40.1.5"}  # type: ignore[index]
+    assert_problem(problems_of(existing_with(put(("storage",), storage))), "storage.hosts[0].address",
+                   "collides with the MooseFS master's service address")  # fmt: skip
