@@ -109,7 +109,7 @@ class OverSsh:
 
 def over_ssh(lab: Lab, folder: Path) -> OverSsh:
     inventory = folder / "inventory.yml"
-    subprocess.run([sys.executable, "-m", "ha_ops", "lab", "inventory", "--ssh", "--name", lab.spec.name, "--out",
+    subprocess.run([sys.executable, "-m", "ha_ops", "lab", "inventory", "--ssh", "--lab", lab.spec.name, "--out",
                     str(inventory)], check=True, capture_output=True, timeout=60)  # fmt: skip
     return OverSsh(inventory, {**os.environ, "XDG_STATE_HOME": str(folder / "state")})
 

@@ -23,7 +23,8 @@ from ha_ops.util.atomic import write_atomic
 app = typer.Typer(help="Build, check and remove the local lab cluster (needs root).", no_args_is_help=True)
 
 DEFAULT_SPEC = Path(__file__).resolve().parents[2] / "examples" / "lab.yaml"
-NameOpt = typer.Option("lab", "--name", "-n", envvar="HA_OPS_LAB", help="Lab name (the spec's `name`).")
+# `--lab`, as everywhere else a lab is named (--target lab:NAME's short form); `--name`/`-n` still accepted.
+NameOpt = typer.Option("lab", "--lab", "--name", "-n", envvar="HA_OPS_LAB", help="Lab name (the spec's `name`).")
 JsonOpt = typer.Option(False, "--json", help="Machine-readable output on stdout.")
 
 

@@ -139,6 +139,16 @@ def _root(
     )
 
 
+def _fail(code: int, lines: list[str], **detail: object) -> None:
+    """Exit with `code` after the error's lines on stderr; with --json, also the error as JSON on stdout, so that a
+    script reading stdout gets JSON either way."""
+    for line in lines:
+        output.error(line)
+    if "--json" in sys.argv[1:]:
+        output.emit_json({"error": {"message": lines[0] if lines else "", "exit_code": code, **detail}})
+    sys.exit(code)
+
+
 def main() -> None:
     try:
         # Outside standalone mode click returns the code of a typer.Exit (Ctrl-C: 130) instead of exiting.
@@ -148,29 +158,25 @@ def main() -> None:
     except SystemExit:
         raise
     except HaOpsError as exc:
-        if isinstance(exc, SpecError) and len(exc.problems) == 1:
-            output.error(f"{exc.source}: {exc.problems[0]}")  # one problem, one line
-        elif isinstance(exc, SpecError):
-            output.error(f"{exc.source}: invalid")
-            for problem in exc.problems:
-                output.error(f"  {problem}")
-        else:
-            output.error(str(exc))
-        sys.exit(exc.exit_code)
+        kind = type(exc).__name__
+        if isinstance(exc, SpecError):
+            lines = ([f"{exc.source}: {exc.problems[0]}"] if len(exc.problems) == 1  # one problem, one line
+                     else [f"{exc.source}: invalid", *(f"  {p}" for p in exc.problems)])  # fmt: skip
+            _fail(exc.exit_code, lines, kind=kind, source=exc.source, problems=exc.problems)
+        _fail(exc.exit_code, [str(exc)], kind=kind)
     except KeyboardInterrupt:
-        output.error("interrupted")
-        sys.exit(130)
+        _fail(130, ["interrupted"], kind="interrupted")
     except ClickException as exc:  # usage errors arrive here in non-standalone mode
         exc.show()
+        if "--json" in sys.argv[1:]:
+            output.emit_json({"error": {"message": exc.format_message(), "exit_code": exc.exit_code, "kind": "usage"}})
         sys.exit(exc.exit_code)
     except typer.Abort:
-        output.error("aborted")
-        sys.exit(1)
+        _fail(1, ["aborted"], kind="aborted")
     except Exception as exc:
         if os.environ.get("HA_OPS_VERBOSE"):
             raise
-        output.error(f"internal error: {type(exc).__name__}: {exc} (run with -v for the traceback)")
-        sys.exit(70)
+        _fail(70, [f"internal error: {type(exc).__name__}: {exc} (run with -v for the traceback)"], kind="internal")
 
 
 if __name__ == "__main__":  # `python -m ha_ops.cli.main`, as the container image runs it

@@ -13,6 +13,7 @@ import re
 import secrets
 import time
 from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ from ha_ops.rollout.ansible import (
 from ha_ops.rollout.executor import RolloutExecutor
 from ha_ops.rollout.plan import FleetNode, Plan, plan_rollout
 from ha_ops.rollout.policy import RolloutPolicy, build_policy
+from ha_ops.rollout.progress import describe, progress
 from ha_ops.rollout.protocols import Coordinator, DriverApplier, Scheduler, Validator
 from ha_ops.rollout.state import (
     DEFAULT_STATE_DIR,
@@ -387,7 +389,9 @@ def _execute(store: RolloutStore) -> RolloutState:
 
 def _summary(state: RolloutState) -> dict[str, Any]:
     failed = {n.name: n.failure for n in state.nodes.values() if n.step in FAILURE_STEPS}
+    now = time.time() if state.phase in (Phase.RUNNING, Phase.ROLLING_BACK) else state.updated_at
     return {
+        "progress": asdict(progress(state, now)),
         "id": state.id,
         "target_version": state.target_version,
         "phase": state.phase.value,
@@ -558,6 +562,8 @@ def status(state_dir: Path = StateDirOpt, json_out: bool = JsonOpt) -> None:
         + (f" ({state.reason})" if state.reason else "")
         + ("; a process is driving it" if running else "; no process is driving it")
     )
+    now = time.time() if running else state.updated_at  # an ETA only counts down while a process drives it
+    output.result(describe(progress(state, now)))
     if control.pause or control.abort:
         asked = "abort" + (" with rollback" if control.abort_rollback else "") if control.abort else "pause"
         output.result(f"requested: {asked}" + (f" ({control.note})" if control.note else ""))

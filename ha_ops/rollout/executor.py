@@ -35,6 +35,7 @@ from collections.abc import Callable
 
 from ha_ops.errors import WaitTimeout
 from ha_ops.rollout.coordination import MAINTENANCE_TTL_S
+from ha_ops.rollout.progress import describe, progress
 from ha_ops.rollout.protocols import Coordinator, DriverApplier, Scheduler, Validation, Validator
 from ha_ops.rollout.state import (
     FAILURE_STEPS,
@@ -118,6 +119,7 @@ class RolloutExecutor:
                 self._say(f"{'starting' if st.phase == Phase.PLANNED else 'resuming'} rollout {st.id} to "
                           f"{st.target_version}: {len(st.nodes)} nodes in {len(st.waves)} waves")  # fmt: skip
                 st.phase, st.reason = Phase.RUNNING, ""
+                st.started_at = st.started_at or self.clock()
                 st.note("running", self.clock())
                 self._save()
             if st.phase == Phase.RUNNING:
@@ -156,7 +158,7 @@ class RolloutExecutor:
         st.reason = ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))
         st.note(f"completed: {st.reason}", self.clock())
         self._save()
-        self._say(f"rollout {st.id} completed: {st.reason}")
+        self._say(f"rollout {st.id} completed: {st.reason} ({describe(progress(st, self.clock()))})")
 
     def _run_batch(self, wave: WaveState, b: int, batch: list[str]) -> None:
         st = self.state
@@ -185,7 +187,8 @@ class RolloutExecutor:
             why = self._blocked()
             if why is not None:
                 self._pause(f"{why}; `ha-ops rollout resume` once it clears")
-            self._say(f"[{wave.name}] batch {b + 1}/{len(wave.batches)}: taking out {min(room, len(pending))}")
+            self._say(f"[{wave.name}] batch {b + 1}/{len(wave.batches)}: taking out {min(room, len(pending))} "
+                      f"({describe(progress(st, self.clock()))})")  # fmt: skip
             for node in pending[:room]:
                 self._begin(node)
 
@@ -349,6 +352,7 @@ class RolloutExecutor:
                             f"({exc}); `ha-ops rollout resume` once it answers")  # fmt: skip
             self._announced_now.add(node.name)
         self._count(node, "drain")
+        node.began_at = node.began_at or self.clock()
         self._set(node, NodeStep.DRAINING, f"from {facts.active_version or 'unknown'}")
         try:
             self.scheduler.drain(node.name, self._reason())
@@ -527,7 +531,10 @@ class RolloutExecutor:
         if before != NodeStep.PENDING or step != NodeStep.SKIPPED:  # (a node skipped untouched never had a window)
             self._tell_controller(node, step)
         wave = self.state.waves[node.wave].name if node.wave < len(self.state.waves) else f"wave {node.wave}"
-        self._say(f"[{wave}] {node.name}: {step.value}" + (f" ({detail})" if detail else ""))
+        said = f"[{wave}] {node.name}: {step.value}" + (f" ({detail})" if detail else "")
+        if step in TERMINAL_STEPS:  # a node settled: how far the rollout is, and when it should end
+            said += f"; {describe(progress(self.state, self.clock()))}"
+        self._say(said)
 
     # --- the remediation controllers (coordination.py) ---------------------------------------------------------
     def _blocked(self) -> str | None:

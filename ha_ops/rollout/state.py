@@ -127,6 +127,7 @@ class NodeState(BaseModel):
     attempts: dict[str, int] = Field(default_factory=dict)  # calls per action, re-entries after a crash included
     finished: int = 0  # order in which nodes were done: the halt's rollback goes newest first
     updated_at: float = 0.0
+    began_at: float = 0.0  # when it was taken out of service (0: never): a changed node's time, for the ETA
 
 
 class WaveState(BaseModel):
@@ -164,6 +165,7 @@ class RolloutState(BaseModel):
     reason: str = ""  # why it paused, halted or was aborted
     created_at: float = 0.0
     updated_at: float = 0.0
+    started_at: float = 0.0  # when it first ran (0: not yet)
     revision: int = 0  # grows with every write
     max_unavailable: int
     down_at_start: list[str] = Field(default_factory=list)

@@ -240,7 +240,7 @@ def test_up_again_repairs_a_killed_service_and_leaves_the_rest(lab: Lab) -> None
 
 
 def test_status_cli_reports_real_liveness(lab: Lab) -> None:
-    cmd = [sys.executable, "-m", "ha_ops", "lab", "status", "--name", lab.spec.name, "--json"]
+    cmd = [sys.executable, "-m", "ha_ops", "lab", "status", "--lab", lab.spec.name, "--json"]
     ok = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     assert ok.returncode == 0, ok.stderr
     assert json.loads(ok.stdout)["healthy"] is True

@@ -62,6 +62,20 @@ def test_validate_invalid_spec_exits_2_naming_the_field(
     assert "only 2 spines" in err
 
 
+def test_with_json_an_error_is_json_on_stdout_too(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], invalid_spec: Path
+) -> None:
+    assert run_main(monkeypatch, "spec", "validate", str(invalid_spec), "--json") == 2
+    out, err = capsys.readouterr()
+    error = json.loads(out)["error"]
+    assert error["exit_code"] == 2 and error["kind"] == "SpecError" and error["source"] == str(invalid_spec)
+    assert any(p.startswith("fabric.uplinks_per_leaf: ") for p in error["problems"])
+    assert "fabric.uplinks_per_leaf" in err  # the human line stays on stderr
+    assert run_main(monkeypatch, "spec", "validate", str(invalid_spec), "--json", "--bogus") == 2
+    assert json.loads(capsys.readouterr().out)["error"] == {"message": "No such option: --bogus", "exit_code": 2,
+                                                             "kind": "usage"}  # fmt: skip
+
+
 def test_validate_missing_file_exits_2(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
