@@ -1,4 +1,4 @@
-"""`ha-ops controller` (run, status, repaired, breaker-reset) and `ha-ops audit verify`."""
+"""`ha-ops controller` (run, check-config, status, repaired, breaker-reset) and `ha-ops audit verify`."""
 
 from __future__ import annotations
 
@@ -95,6 +95,17 @@ def run(
         f"controller {cfg.id} ({cfg.scheduler}): state in {controller.documents.describe('state.json')}, {mode}"
     )
     controller.run()
+
+
+@controller_app.command("check-config")
+def check_config(
+    file: Path = typer.Argument(..., help="Controller config (YAML) to check: a candidate before it is installed."),
+) -> None:
+    """Check a controller config with the controller's own loader. Exit 0 if valid; 2 and one line per bad field."""
+    cfg = load_controller_config(file)
+    pools = ", ".join(f"{name} ({len(p.nodes)} nodes, {len(p.spares)} spares)" for name, p in cfg.pools.items())
+    where = f"state in {cfg.state_dir}" if cfg.state_dir is not None else "state in the Kubernetes API"
+    output.result(f"{file}: ok (id {cfg.id}, {cfg.scheduler}, {where}; pools {pools or 'none'})")
 
 
 ConfigOpt = typer.Option(

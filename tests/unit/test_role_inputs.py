@@ -65,6 +65,17 @@ CASES = [
         {"slurm_controller_hosts": ["ctl1"], "slurm_controller_slurmctld_timeout": 3},
         "slurm_controller_slurmctld_timeout: below 4 s",
     ),
+    ("ha_ops_controller", {}, "ha_ops_controller_state_dir: required"),
+    (
+        "ha_ops_controller",
+        {"ha_ops_controller_state_dir": "/srv/ha-ops", "ha_ops_controller_audit_key": "secret"},
+        "ha_ops_controller_audit_key: required, 64 or more hex digits",
+    ),
+    (
+        "ha_ops_controller",
+        {"ha_ops_controller_state_dir": "/srv/ha-ops", "ha_ops_controller_audit_key": "ab" * 32},
+        "ha_ops_controller_group: localhost is not in the group remediation_controllers",
+    ),
 ]
 
 
