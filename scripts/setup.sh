@@ -56,9 +56,11 @@ python_env() {
     echo "setup: creating .venv"
     "$uv" venv -q --seed --python "$python" .venv  # (--seed: pip in it, for the Molecule scenario's wheelhouse)
   fi
-  if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
-    echo "setup: installing the Python packages"
-    "$uv" pip install -q --python .venv/bin/python -e '.[dev]'
+  if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ requirements.lock -nt "$stamp" ]; then
+    echo "setup: installing the Python packages (requirements.lock)"
+    # Exactly the locked versions, each checked against its hash; then ha-ops itself, whose dependencies they are.
+    "$uv" pip install -q --python .venv/bin/python --require-hashes -r requirements.lock
+    "$uv" pip install -q --python .venv/bin/python --no-deps -e .
     touch "$stamp"
   else
     echo "setup: Python environment up to date"
