@@ -9,6 +9,7 @@ import typer
 
 from ha_ops.cli import output
 from ha_ops.cli.targets import InventoryOpt, LabOpt, SpecOpt, TargetOpt, named
+from ha_ops.shipped import resolve
 
 app = typer.Typer(help="Game days: plans of chaos experiments, measured and reported.", no_args_is_help=True)
 
@@ -20,7 +21,7 @@ class ScheduleKind(StrEnum):
 
 @app.command("run")
 def run(
-    plan: Path = typer.Argument(..., help="A game-day plan (YAML, under chaos/gamedays/)."),
+    plan: Path = typer.Argument(..., help="A game-day plan (YAML), or the name of a shipped one (gpu, standard, ...)."),
     target: str | None = TargetOpt,
     inventory: Path | None = InventoryOpt,
     spec: Path | None = SpecOpt,
@@ -39,7 +40,7 @@ def run(
     from ha_ops.chaos import plan as plans
     from ha_ops.chaos.target import open_for
 
-    loaded = plans.select(plans.load_plan(plan), only)
+    loaded = plans.select(plans.load_plan(resolve(plan, "gameday")), only)
     configuration = named(target, inventory, spec, lab, default_lab=loaded.lab)
     if dry_run:
         for fault in loaded.faults:

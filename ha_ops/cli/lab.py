@@ -17,12 +17,13 @@ from ha_ops.lab.cluster import Lab, teardown
 from ha_ops.lab.netns import NETNS_DIR
 from ha_ops.lab.paths import LabPaths
 from ha_ops.lab.state import service_key
+from ha_ops.shipped import shipped
 from ha_ops.spec import load_spec
 from ha_ops.util.atomic import write_atomic
 
 app = typer.Typer(help="Build, check and remove the local lab cluster (needs root).", no_args_is_help=True)
 
-DEFAULT_SPEC = Path(__file__).resolve().parents[2] / "examples" / "lab.yaml"
+DEFAULT_SPEC = shipped("examples", "lab.yaml")
 # `--lab`, as everywhere else a lab is named (--target lab:NAME's short form); `--name`/`-n` still accepted.
 NameOpt = typer.Option("lab", "--lab", "--name", "-n", envvar="HA_OPS_LAB", help="Lab name (the spec's `name`).")
 JsonOpt = typer.Option(False, "--json", help="Machine-readable output on stdout.")

@@ -9,10 +9,11 @@ from rich.table import Table
 
 from ha_ops.cli import output
 from ha_ops.cli.targets import InventoryOpt, LabOpt, SpecOpt, TargetOpt, named
+from ha_ops.shipped import resolve, shipped
 
 app = typer.Typer(help="Recovery runbooks, verified against a cluster: the lab or your own.", no_args_is_help=True)
 
-RUNBOOKS = Path(__file__).resolve().parents[2] / "runbooks"
+RUNBOOKS = shipped("runbooks")
 
 
 @app.command()
@@ -25,6 +26,9 @@ def verify(
     lab: str | None = LabOpt,
     confirm_production: bool = typer.Option(
         False, "--confirm-production", help="Required when the cluster's spec says production: true."
+    ),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="Check the runbooks and their experiments, and list what would run; reach nothing."
     ),
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:
@@ -43,9 +47,22 @@ def verify(
         raise SpecError("runbook verify", ["name a runbook, or use --all"])
     if runbooks and all_:
         raise SpecError("runbook verify", ["name runbooks or use --all, not both"])
-    paths = sorted(p for p in RUNBOOKS.glob("*.md") if p.name != "README.md") if all_ else list(runbooks or [])
-    for path in paths:
-        load_runbook(path)  # every runbook is valid before any failure is injected
+    paths = (sorted(p for p in RUNBOOKS.glob("*.md") if p.name != "README.md") if all_
+             else [resolve(p, "runbook") for p in runbooks or []])  # fmt: skip
+    loaded = [load_runbook(path)[0] for path in paths]  # every runbook is valid before any failure is injected
+    if dry_run:
+        plans = [{"runbook": path.name, "experiment": str(rb.trigger.experiment),
+                  "checks": [c.claim for c in rb.checks], "manual": [m.step for m in rb.manual],
+                  "cases": [c.name for c in rb.cases]} for path, rb in zip(paths, loaded, strict=True)]  # fmt: skip
+        if json_out:
+            output.emit_json(plans)
+            return
+        for plan in plans:
+            output.result(f"{plan['runbook']}: inject {Path(plan['experiment']).name}; {len(plan['checks'])} claim(s), "
+                          f"{len(plan['manual'])} manual step(s), {len(plan['cases'])} other case(s)")  # fmt: skip
+            for claim in plan["checks"]:
+                output.result(f"  claim: {claim}")
+        return
     configuration = named(target, inventory, spec, lab)
     cluster = open_for(configuration)
     guard_production(cluster, confirm_production)

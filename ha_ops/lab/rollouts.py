@@ -18,7 +18,8 @@ from ha_ops.errors import LabError
 from ha_ops.lab.cluster import Lab
 from ha_ops.lab.context import LabContext
 from ha_ops.lab.drivers import NVIDIA_SMI, build_driver, lab_inventory, node_commands
-from ha_ops.rollout.ansible import DEFAULT_PLAYBOOK, REPO
+from ha_ops.rollout.ansible import DEFAULT_PLAYBOOK
+from ha_ops.shipped import shipped
 from ha_ops.util.atomic import write_atomic
 from ha_ops.util.proc import CommandResult
 
@@ -50,7 +51,7 @@ def operator_node(ctx: LabContext) -> str:
 
 def _env(ctx: LabContext) -> list[str]:
     """The node's own environment (SLURM_CONF, ...) and Ansible's, with HOME in the lab so ~/.ansible stays there."""
-    env = {**ctx.node_env(), "ANSIBLE_ROLES_PATH": str(REPO / "roles"), "ANSIBLE_NOCOLOR": "1",
+    env = {**ctx.node_env(), "ANSIBLE_ROLES_PATH": str(shipped("roles")), "ANSIBLE_NOCOLOR": "1",
            "ANSIBLE_HOST_KEY_CHECKING": "True", "ANSIBLE_PIPELINING": "True", "HOME": str(files(ctx).home)}  # fmt: skip
     return ["env", *(f"{k}={v}" for k, v in env.items())]
 

@@ -25,9 +25,9 @@ from typing import Any
 
 from ha_ops.errors import TransportError
 from ha_ops.rollout.protocols import ApplyResult, DriverFacts, Validation
+from ha_ops.shipped import shipped
 
-REPO = Path(__file__).resolve().parents[2]
-DEFAULT_PLAYBOOK = REPO / "playbooks" / "driver-rollout.yml"
+DEFAULT_PLAYBOOK = shipped("playbooks", "driver-rollout.yml")
 DEFAULT_FACT_FILE = "{{ gpu_driver_fact_file | default('/etc/ansible/facts.d/gpu_driver.fact') }}"
 DEFAULT_HEALTH_COMMAND = "ha-ops health check --json"
 DEFAULT_VERSION_COMMAND = "nvidia-smi --query-gpu=driver_version --format=csv,noheader"

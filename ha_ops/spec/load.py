@@ -55,5 +55,8 @@ def parse_spec(data: Any, source: str = "<spec>") -> ClusterSpec:
 
 
 def load_spec(path: str | Path) -> ClusterSpec:
-    path = Path(path)
+    """The spec in `path`; a bare name that is no file here names a shipped example (`lab`, `production`)."""
+    from ha_ops.shipped import resolve
+
+    path = resolve(Path(path), "spec")
     return parse_spec(parse_yaml(read_text(path), str(path)), str(path))
