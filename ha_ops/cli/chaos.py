@@ -15,6 +15,7 @@ import yaml
 from ha_ops.cli import output
 from ha_ops.cli.targets import InventoryOpt, LabOpt, SpecOpt, TargetOpt, named
 from ha_ops.errors import SpecError
+from ha_ops.shipped import resolve
 
 app = typer.Typer(
     help="Chaos experiments (Chaos Toolkit) against a cluster: the lab or your own.", no_args_is_help=True
@@ -23,7 +24,7 @@ app = typer.Typer(
 
 @app.command("run")
 def run(
-    experiment: Path = typer.Argument(..., help="A Chaos Toolkit experiment (JSON or YAML)."),
+    experiment: Path = typer.Argument(..., help="A Chaos Toolkit experiment (JSON or YAML), or a shipped one's name."),
     target: str | None = TargetOpt,
     inventory: Path | None = InventoryOpt,
     spec: Path | None = SpecOpt,
@@ -51,7 +52,7 @@ def run(
             raise SpecError("--var", [f"{item!r} is not KEY=VALUE"])
         overrides[key] = yaml.safe_load(value)
     configuration = named(target, inventory, spec, lab)
-    loaded = runner.load_experiment(experiment, configuration, overrides)
+    loaded = runner.load_experiment(resolve(experiment, "experiment"), configuration, overrides)
     if dry_run:
         _dry_run(loaded, configuration, max_faults)
         return

@@ -139,13 +139,17 @@ def _root(
     )
 
 
+def _json_error(message: str, code: int, **detail: object) -> None:
+    """With --json, the error as JSON on stdout too, so that a script reading stdout gets JSON either way."""
+    if "--json" in sys.argv[1:]:
+        output.emit_json({"error": {"message": message, "exit_code": code, **detail}})
+
+
 def _fail(code: int, lines: list[str], **detail: object) -> None:
-    """Exit with `code` after the error's lines on stderr; with --json, also the error as JSON on stdout, so that a
-    script reading stdout gets JSON either way."""
+    """Exit with `code` after the error's lines on stderr (and as JSON with --json)."""
     for line in lines:
         output.error(line)
-    if "--json" in sys.argv[1:]:
-        output.emit_json({"error": {"message": lines[0] if lines else "", "exit_code": code, **detail}})
+    _json_error(lines[0] if lines else "", code, **detail)
     sys.exit(code)
 
 
@@ -167,9 +171,8 @@ def main() -> None:
     except KeyboardInterrupt:
         _fail(130, ["interrupted"], kind="interrupted")
     except ClickException as exc:  # usage errors arrive here in non-standalone mode
-        exc.show()
-        if "--json" in sys.argv[1:]:
-            output.emit_json({"error": {"message": exc.format_message(), "exit_code": exc.exit_code, "kind": "usage"}})
+        exc.show()  # click's own usage text, not one line
+        _json_error(exc.format_message(), exc.exit_code, kind="usage")
         sys.exit(exc.exit_code)
     except typer.Abort:
         _fail(1, ["aborted"], kind="aborted")

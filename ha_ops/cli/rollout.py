@@ -35,7 +35,7 @@ from ha_ops.rollout.ansible import (
 from ha_ops.rollout.executor import RolloutExecutor
 from ha_ops.rollout.plan import FleetNode, Plan, plan_rollout
 from ha_ops.rollout.policy import RolloutPolicy, build_policy
-from ha_ops.rollout.progress import describe, progress
+from ha_ops.rollout.progress import Progress, describe, progress
 from ha_ops.rollout.protocols import Coordinator, DriverApplier, Scheduler, Validator
 from ha_ops.rollout.state import (
     DEFAULT_STATE_DIR,
@@ -387,11 +387,15 @@ def _execute(store: RolloutStore) -> RolloutState:
         return executor.run()
 
 
-def _summary(state: RolloutState) -> dict[str, Any]:
+def _progress(state: RolloutState, driven: bool) -> Progress:
+    """Its progress now; an ETA only counts down while a process drives it (else as of its last write)."""
+    return progress(state, time.time() if driven else state.updated_at)
+
+
+def _summary(state: RolloutState, driven: bool = False) -> dict[str, Any]:
     failed = {n.name: n.failure for n in state.nodes.values() if n.step in FAILURE_STEPS}
-    now = time.time() if state.phase in (Phase.RUNNING, Phase.ROLLING_BACK) else state.updated_at
     return {
-        "progress": asdict(progress(state, now)),
+        "progress": asdict(_progress(state, driven)),
         "id": state.id,
         "target_version": state.target_version,
         "phase": state.phase.value,
@@ -554,7 +558,7 @@ def status(state_dir: Path = StateDirOpt, json_out: bool = JsonOpt) -> None:
     control = store.read_control()
     running = store.running_elsewhere()
     if json_out:
-        output.emit_json({"summary": _summary(state), "running": running, "control": control.model_dump(),
+        output.emit_json({"summary": _summary(state, running), "running": running, "control": control.model_dump(),
                           "state": state.model_dump(mode="json")})  # fmt: skip
         return
     output.result(
@@ -562,8 +566,7 @@ def status(state_dir: Path = StateDirOpt, json_out: bool = JsonOpt) -> None:
         + (f" ({state.reason})" if state.reason else "")
         + ("; a process is driving it" if running else "; no process is driving it")
     )
-    now = time.time() if running else state.updated_at  # an ETA only counts down while a process drives it
-    output.result(describe(progress(state, now)))
+    output.result(describe(_progress(state, running)))
     if control.pause or control.abort:
         asked = "abort" + (" with rollback" if control.abort_rollback else "") if control.abort else "pause"
         output.result(f"requested: {asked}" + (f" ({control.note})" if control.note else ""))

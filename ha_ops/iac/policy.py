@@ -59,7 +59,7 @@ def check_pools(spec: ClusterSpec) -> list[Violation]:
         unknown = sorted(set(pool.domains) - known)
         # Where nodes land (round-robin over the list, or each listed node's), not what the list names: [rack1,
         # rack1] is one domain.
-        used = set(pool.node_domains()) & known if pool.domains or pool.nodes else set()
+        used = set(pool.node_domains()) & known
         if unknown:
             out.append(Violation("HA-POOL-DOMAINS", f"{where}.domains", f"unknown failure domain(s) {unknown}"))
         if len(used) < MIN_POOL_DOMAINS:
@@ -204,7 +204,7 @@ def check_pool_zones(spec: ClusterSpec, zone_map: Mapping[str, str]) -> list[Vio
     span two availability zones; two spec zones mapped onto one AZ fail together."""
     out = []
     for i, pool in enumerate(spec.pools):
-        zones = {spec.domain(d).zone for d in set(pool.node_domains()) if pool.domains or pool.nodes}
+        zones = {spec.domain(d).zone for d in set(pool.node_domains())}
         azs = {zone_map[z] for z in zones if z in zone_map}
         if len(azs) < MIN_POOL_ZONES:
             out.append(

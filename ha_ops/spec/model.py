@@ -122,10 +122,10 @@ class NodePool(StrictModel):
         return [f"{self.name}{i}" for i in range(1, self.count + 1)]
 
     def node_domains(self) -> list[str]:
-        """Each node's failure domain, in node order."""
+        """Each node's failure domain, in node order (none for a pool with no domains: an unvalidated spec)."""
         if self.nodes:
             return [n.domain for n in self.nodes]
-        return [self.domains[k % len(self.domains)] for k in range(self.count)]
+        return [self.domains[k % len(self.domains)] for k in range(self.count)] if self.domains else []
 
 
 class Fabric(StrictModel):

@@ -55,3 +55,12 @@ def test_the_rollout_prints_progress_as_nodes_settle(tmp_path: Path) -> None:
     assert any("/6 nodes settled" in line and "taking out" in line for line in lines)
     assert lines[-1].startswith("rollout r1 completed: 6 done (6/6 nodes settled")
     assert state.started_at > 0 and all(n.began_at > 0 for n in state.nodes.values())
+
+
+def test_status_reads_the_eta_as_of_the_last_write_unless_a_process_drives_it(tmp_path: Path) -> None:
+    from ha_ops.cli.rollout import _summary
+
+    state = start(tmp_path, fleet_nodes(4), max_unavailable="1", soak_s=0).load()
+    state.started_at, state.updated_at = 1000.0, 1300.0
+    assert _summary(state)["progress"]["elapsed_s"] == 300.0  # nothing drives it: the clock stopped at its last write
+    assert _summary(state, driven=True)["progress"]["elapsed_s"] > 1e9  # driven: now
