@@ -133,6 +133,9 @@ def test_molecule_scenario(role: str, scenarios: dict[str, Future]) -> None:
     assert run.returncode == 0, run.log[-6000:]
     assert "Idempotence completed successfully" in run.log or "idempotence: Executed: Successful" in run.log
     assert " passed" in run.log  # testinfra ran and its tests passed
+    # Nothing installed outside the project (Molecule's prerun would install the project, a collection by its
+    # galaxy.yml, into ~/.ansible/collections, and side-by-side scenarios raced on it).
+    assert "Performing prerun" not in run.log and "collection install" not in run.log
     left = platform_names(role) & podman_names(molecule_env())
     assert not left, f"containers left behind: {left}"
 
