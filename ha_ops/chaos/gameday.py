@@ -35,6 +35,7 @@ class FaultResult:
     timeline: list[tuple[float, str]] = field(default_factory=list)
     rolled_back_at: float | None = None
     jobs: dict[str, Any] | None = None
+    journal: dict[str, Any] | None = None  # the experiment's Chaos Toolkit journal, kept beside the report
 
     @property
     def time_to_detect(self) -> float | None:
@@ -133,6 +134,7 @@ def run_fault(plan: GameDayPlan, fault: PlannedFault, cluster: Cluster, configur
         result.rolled_back_at = time.time()
         faults.cleanup(cluster)
         result.timeline.append((result.rolled_back_at, "fault rolled back"))
+        result.journal = journal
         result.experiment_status, result.deviated = journal.get("status", ""), journal.get("deviated")
         deadline = result.started_at + fault.timeout_s
         while time.time() < deadline and result.recovered_at is None and not aborted and watcher.is_alive():

@@ -1,5 +1,6 @@
 """A recurring game day: a systemd service and timer on an operator host, or a Kubernetes CronJob. Both run the
-installed ha-ops against the cluster's inventory, under a time limit, with a report folder per run."""
+installed ha-ops against the cluster's inventory, under a time limit, into one reports root: each run writes its
+own folder there and the history page across runs (chaos/report.py)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,6 @@ REPORTS = "/var/lib/ha-ops/gamedays"
 CLUSTER_DIR = "/etc/ha-ops/cluster"
 POD_REPORTS = "/reports"
 DIGEST = re.compile(r"^[^@\s]+@sha256:[0-9a-f]{64}$")
-RUN_STAMP = "$(date -u +%Y%m%dT%H%M%SZ)"  # each run's own report folder
 CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
@@ -54,8 +54,8 @@ def render_systemd(s: Schedule, ha_ops: Path) -> dict[str, str]:
         raise SpecError("--ha-ops", [f"{ha_ops} is not an absolute path (a timer's service has no useful PATH)"])
     inventory = str(s.inventory.resolve()) if s.inventory else None
     argv = [str(ha_ops), "gameday", "run", str(s.plan.resolve()), *_cluster_args(s, inventory)]
-    # systemd expands % itself: %% passes one through to the shell, which stamps the run's report folder.
-    command = f'{shlex.join(argv)} --report-dir "{REPORTS}/{RUN_STAMP}"'.replace("%", "%%")
+    # systemd expands % itself: %% passes one through (a plan or inventory path may hold one).
+    command = shlex.join([*argv, "--report-dir", REPORTS]).replace("%", "%%")
     service = "\n".join([
         "[Unit]",
         f"Description=ha-ops game day {s.plan.stem}",
@@ -94,7 +94,7 @@ def render_cronjob(s: Schedule, image: str, secret: str, reports_claim: str, pla
         raise SpecError("--inventory", ["a CronJob reaches the cluster over SSH: give the inventory"])
     inventory = f"{CLUSTER_DIR}/{s.inventory.name}"
     argv = ["ha-ops", "gameday", "run", str(plan_in_image), *_cluster_args(s, inventory)]
-    command = f'exec {shlex.join(argv)} --report-dir "{POD_REPORTS}/{RUN_STAMP}"'
+    command = "exec " + shlex.join([*argv, "--report-dir", POD_REPORTS])
     pod = {
         "restartPolicy": "Never",
         "securityContext": {"runAsNonRoot": True, "runAsUser": 65532, "fsGroup": 65532,

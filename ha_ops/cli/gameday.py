@@ -26,7 +26,12 @@ def run(
     inventory: Path | None = InventoryOpt,
     spec: Path | None = SpecOpt,
     lab: str | None = LabOpt,
-    report_dir: Path = typer.Option(Path("reports/gameday"), "--report-dir", help="Where the reports go."),
+    report_dir: Path = typer.Option(
+        Path("reports/gameday"),
+        "--report-dir",
+        help="The reports' root: each run gets its own folder there, `latest` points at it, index.html is the "
+        "history of every run.",
+    ),
     only: list[str] = typer.Option([], "--only", help="Run just this fault (by name; repeatable)."),
     confirm_production: bool = typer.Option(
         False, "--confirm-production", help="Required when the cluster's spec says production: true."
@@ -35,7 +40,10 @@ def run(
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:
     """Run every fault of the plan, measure time to detect and to recover and the jobs lost or run twice, and write
-    JSON, JUnit and HTML reports. Exit 1 unless every fault passed."""
+    JSON, JUnit and HTML reports and each fault's Chaos Toolkit journal into the run's own folder under
+    --report-dir, then the history page across runs. Exit 1 unless every fault passed."""
+    import time
+
     from ha_ops.chaos import gameday, report, runner
     from ha_ops.chaos import plan as plans
     from ha_ops.chaos.target import open_for
@@ -50,15 +58,19 @@ def run(
             output.result(f"{fault.name}: {fault.experiment.name}; detected when {detect}; recovered when {recover}")
         return
     cluster = open_for(configuration)
+    started = time.time()
     results = gameday.run_gameday(
         loaded, cluster, configuration, progress=output.info, confirm_production=confirm_production
     )
-    paths = report.write_reports(loaded, results, report_dir)
-    summary = report.report_json(loaded, results)
+    info = report.RunInfo.of(loaded, resolve(plan, "gameday"), configuration, cluster, started, time.time())
+    folder = report.write_run(loaded, results, report_dir, info)
+    summary = report.report_json(loaded, results, info)
     if json_out:
-        output.emit_json({**summary, "reports": [str(p) for p in paths]})
+        output.emit_json({**summary, "report_dir": str(folder), "history": str(report_dir / "index.html"),
+                          "reports": [str(p) for p in sorted(folder.rglob("*")) if p.is_file()]})  # fmt: skip
     else:
-        output.result(f"game day {loaded.name}: {'passed' if summary['passed'] else 'FAILED'}; reports in {report_dir}")
+        output.result(f"game day {loaded.name}: {'passed' if summary['passed'] else 'FAILED'}; reports in {folder}, "
+                      f"history in {report_dir / 'index.html'}")  # fmt: skip
     if not summary["passed"]:
         raise typer.Exit(1)
 
@@ -118,3 +130,30 @@ def schedule(
             out.mkdir(parents=True, exist_ok=True)
             (out / name).write_text(text)
             output.info(f"wrote {out / name}")
+
+
+@app.command("history")
+def history(
+    report_dir: Path = typer.Argument(Path("reports/gameday"), help="The reports' root (gameday run --report-dir)."),
+    json_out: bool = typer.Option(False, "--json"),
+) -> None:
+    """Rewrite the history page (index.html) of every run under REPORT_DIR, and list the runs: when, which plan,
+    the verdict and the faults passed. `gameday run` rewrites it after every run."""
+    from ha_ops.chaos import history as runs_history
+    from ha_ops.errors import SpecError
+
+    if not report_dir.is_dir():
+        raise SpecError(str(report_dir), ["no such folder of game-day reports"])
+    runs = runs_history.load_runs(report_dir)
+    page = runs_history.write_history(report_dir)
+    listed = [{"folder": str(report_dir / r.folder), "started": r.started, "gameday": r.report.get("gameday"),
+               "passed": bool(r.report.get("passed")),
+               "faults_passed": sum(f.get("verdict") == "passed" for f in r.faults), "faults": len(r.faults)}
+              for r in runs]  # fmt: skip
+    if json_out:
+        output.emit_json({"history": str(page), "runs": listed})
+        return
+    for r in listed:
+        verdict = "passed" if r["passed"] else "FAILED"
+        output.result(f"{r['started']}  {r['gameday']}: {verdict}, {r['faults_passed']}/{r['faults']} faults passed")
+    output.info(f"{len(listed)} run(s); history page {page}")

@@ -7,13 +7,15 @@ no code generated at import time (the official client imports ~600 modules: ~1.5
 
 What each call does to a node:
 - `drain`: cordon (spec.unschedulable), the taint `ha-ops.io/gpu-unhealthy=<reason>:NoSchedule` and the full reason
-  in the annotation `ha-ops.io/reason`, in one write. The condition `GpuHealthy=False` (node-problem-detector style)
-  is the node's agent's to write; the drain writes it where the agent has not: at once, or (the controller,
-  `condition_grace_s`) after a grace, from a ConditionKeeper (k8s_conditions.py) that writes after the cordons.
+  in the annotation `ha-ops.io/reason`, in one write (with the `node.kubernetes.io/unschedulable` taint that
+  kube-controller-manager would otherwise add in a second write). The condition `GpuHealthy=False`
+  (node-problem-detector style) is the node's agent's to write; the drain writes it where the agent has not: at
+  once, or (the controller, `condition_grace_s`) after a grace, from a ConditionKeeper (k8s_conditions.py) that
+  writes after the cordons.
   Work that runs may finish: `requeue` evicts what may move, as on Slurm.
 - `mark_down` (a lost node, after the controller's silence): the same taint with NoExecute as well, so Kubernetes
   evicts the node's pods at once instead of waiting for a node that will not confirm it.
-- `resume`: only a node ha-ops drained (its annotation): uncordon, taints gone, `GpuHealthy=True`.
+- `resume`: only a node ha-ops drained (its annotation): uncordon, both taints gone, `GpuHealthy=True`.
 - Jobs are pods (`namespace/name`), those of DaemonSets and finished ones left out. `requeue` goes through the
   Eviction API, so PodDisruptionBudgets are honoured: a 429 (the budget is spent) is retried, honouring Retry-After,
   until `eviction_timeout_s`; then the namespace's drain policy decides (annotation `ha-ops.io/drain-policy`):
@@ -54,6 +56,10 @@ log = logging.getLogger(__name__)
 
 TAINT_KEY = "ha-ops.io/gpu-unhealthy"
 SPARE_TAINT_KEY = "ha-ops.io/spare"
+# The taint kube-controller-manager's node lifecycle controller puts on every cordoned node (and takes off an
+# uncordoned one) in a write of its own. A cordon that carries it already spares the API server that second write,
+# a third of a storm's node writes (docs/testing.md, stop 41).
+UNSCHEDULABLE_TAINT_KEY = "node.kubernetes.io/unschedulable"
 POOL_LABEL = "ha-ops.io/pool"
 TIER_LABEL = "ha-ops.io/reliability-tier"  # a node's reliability tier, for node affinity (docs/fleet.md)
 SPARE_LABEL = "ha-ops.io/spare"
@@ -362,6 +368,8 @@ class KubernetesScheduler:
 
         def change(node: dict[str, Any]) -> dict[str, Any]:
             taints = with_taint(node["spec"].get("taints") or [], TAINT_KEY, taint_value(full), "NoSchedule")
+            if not any(t.get("key") == UNSCHEDULABLE_TAINT_KEY for t in taints):
+                taints.append({"key": UNSCHEDULABLE_TAINT_KEY, "effect": "NoSchedule"})
             return {"metadata": {"annotations": {REASON_ANNOTATION: full[:1024]}},
                     "spec": {"unschedulable": True, "taints": taints}}  # fmt: skip
 
@@ -394,9 +402,9 @@ class KubernetesScheduler:
             return  # cordoned by someone else: not ours to return
 
         def change(node: dict[str, Any]) -> dict[str, Any]:
+            taints = without_taint(without_taint(node["spec"].get("taints") or [], TAINT_KEY), UNSCHEDULABLE_TAINT_KEY)
             return {"metadata": {"annotations": {REASON_ANNOTATION: None}},
-                    "spec": {"unschedulable": None, "taints": without_taint(node["spec"].get("taints") or [],
-                                                                            TAINT_KEY)}}  # fmt: skip
+                    "spec": {"unschedulable": None, "taints": taints}}  # fmt: skip
 
         self._write_node(name, change)
         self._condition(name, True, "")
