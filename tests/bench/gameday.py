@@ -35,6 +35,7 @@ from ha_ops.spec import load_spec
 from tests.labkit import REPO, reset_remediation
 
 NAME = "benchgd"
+PLAN = REPO / "chaos" / "gamedays" / "standard.yaml"
 
 # What the same failure costs with the defaults of the tools a cluster would rely on without ha-ops.
 BASELINE = {
@@ -51,10 +52,10 @@ BASELINE = {
 
 
 def run(plan: Any, cluster: Any, configuration: dict[str, str], keep: Path | None) -> tuple[list[Any], float]:
-    started = time.monotonic()
+    started, at = time.monotonic(), time.time()
     results = run_gameday(plan, cluster, configuration, progress=lambda line: print(line, flush=True))
     if keep:
-        report.write_reports(plan, results, keep)
+        report.write_run(plan, results, keep, report.RunInfo.of(plan, PLAN, configuration, cluster, at, time.time()))
     return results, time.monotonic() - started
 
 
@@ -94,7 +95,7 @@ def main() -> None:
     lab.down()
     lab.up()
     try:
-        plan = plans.load_plan(REPO / "chaos" / "gamedays" / "standard.yaml").model_copy(update={"lab": NAME})
+        plan = plans.load_plan(PLAN).model_copy(update={"lab": NAME})
         results, elapsed = run(plan, LabCluster(lab), configuration_for(target=f"lab:{NAME}"), keep)
         print_lab(results, elapsed)
         if "--over-ssh" in sys.argv:

@@ -22,6 +22,7 @@ from ha_ops.lab.cluster import Lab
 from ha_ops.lab.paths import LabPaths
 from ha_ops.spec import load_spec
 from tests.labkit import REPO, OverSsh, audit_entries, cluster, over_ssh, reset_remediation, running_lab
+from tests.pagecheck import assert_text_apart, screenshot
 
 pytestmark = pytest.mark.lab
 
@@ -63,7 +64,7 @@ def test_the_standard_game_day_passes_end_to_end_over_ssh_within_10_minutes(flab
     started = time.monotonic()
     result = gameday(ssh, STANDARD, reports)
     elapsed = time.monotonic() - started
-    report = json.loads((reports / "gameday.json").read_text())
+    report = json.loads((reports / "latest" / "gameday.json").read_text())
     lines = [f"standard game day: {elapsed:.0f} s, {'passed' if report['passed'] else 'FAILED'}"]
     for f in report["faults"]:
         jobs = f["jobs"] or {}
@@ -82,7 +83,14 @@ def test_the_standard_game_day_passes_end_to_end_over_ssh_within_10_minutes(flab
     hit = {f["name"]: f["jobs"]["restarted"] for f in report["faults"]}
     assert hit["GPU XID 79"] and hit["node loss"], hit
     assert elapsed < 600
-    assert {p.name for p in reports.iterdir()} >= {"gameday.json", "gameday.junit.xml", "gameday.html"}
+    run = reports / "latest"
+    assert {p.name for p in run.iterdir()} >= {"gameday.json", "gameday.junit.xml", "gameday.html", "journals"}
+    assert len(list((run / "journals").glob("*.json"))) == 9  # each fault's Chaos Toolkit journal
+    # The real report and the history page as a person sees them: no timeline label overlapping another
+    # (screenshots kept beside the reports, in the CI artifacts).
+    for page in (run / "gameday.html", reports / "index.html"):
+        assert_text_apart(page)
+        screenshot(page, reports / f"{page.stem}.png")
     assert faults.active(cluster(flab)) == []
 
 
@@ -106,12 +114,12 @@ def test_the_game_day_goes_red_naming_the_fault_when_the_slurm_backup_is_disable
         flab.node("ctl2").start("slurmctld")
         faults.cleanup(cluster(flab))
     assert result.returncode == 1, result.stdout + result.stderr
-    report = json.loads((tmp_path / "reports" / "gameday.json").read_text())
+    report = json.loads((tmp_path / "reports" / "latest" / "gameday.json").read_text())
     verdicts = {f["name"]: (f["verdict"], f["why"]) for f in report["faults"]}
     assert report["passed"] is False
     assert verdicts["GPU XID 79"][0] == "passed", verdicts  # the rest of the cluster still recovers
     assert verdicts["Slurm primary kill"][0] == "failed" and "not recovered" in verdicts["Slurm primary kill"][1]
-    junit = (tmp_path / "reports" / "gameday.junit.xml").read_text()
+    junit = (tmp_path / "reports" / "latest" / "gameday.junit.xml").read_text()
     assert 'failures="1"' in junit and "Slurm primary kill" in junit
 
 
@@ -134,7 +142,7 @@ def test_the_gpu_game_day_goes_red_with_both_remediation_controllers_stopped(
         faults.cleanup(cluster(flab))
         reset_remediation(flab)  # controllers started again, the GPU and the node back in service
     assert result.returncode == 1, result.stdout + result.stderr
-    report = json.loads((tmp_path / "reports" / "gameday.json").read_text())
+    report = json.loads((tmp_path / "reports" / "latest" / "gameday.json").read_text())
     [fault] = report["faults"]
     assert report["passed"] is False and fault["verdict"] == "failed" and "not detected" in fault["why"], fault
 

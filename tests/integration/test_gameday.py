@@ -77,15 +77,18 @@ def test_gameday_measures_detection_and_recovery_and_writes_reports(lab: Lab, tm
     assert len(rotations) >= 2, rotations
     failed = [line for line in lines_since(agent_logs) if "report to the controller failed" in line]
     assert failed == [], failed
-    report = json.loads((tmp_path / "gameday.json").read_text())
+    report = json.loads((tmp_path / "latest" / "gameday.json").read_text())
     assert report["passed"] is True
     fault = report["faults"][0]
     assert fault["verdict"] == "passed"
     assert 0 <= fault["time_to_detect_s"] < 5
     assert fault["time_to_detect_s"] <= fault["time_to_recover_s"] < 30
-    suite = ET.fromstring((tmp_path / "gameday.junit.xml").read_text())
+    assert report["run"]["target"] == f"lab:{lab.ctx.spec.name}" and report["run"]["started"].endswith("Z")
+    assert fault["conditions"]["detect"] and fault["target"]
+    assert json.loads((tmp_path / "latest" / fault["journal"]).read_text())["status"] == "completed"
+    suite = ET.fromstring((tmp_path / "latest" / "gameday.junit.xml").read_text())
     assert suite.get("tests") == "1" and suite.get("failures") == "0"
-    page = (tmp_path / "gameday.html").read_text()
+    page = (tmp_path / "latest" / "gameday.html").read_text()
     assert (
         "<svg" in page
         and "PASSED" in page
@@ -103,16 +106,17 @@ def test_gameday_goes_red_naming_the_fault_when_recovery_is_broken(lab: Lab, tmp
     path.write_text(yaml.safe_dump(plan))
     result = gameday(lab, path, tmp_path / "reports")
     assert result.returncode == 1
-    report = json.loads((tmp_path / "reports" / "gameday.json").read_text())
+    report = json.loads((tmp_path / "reports" / "latest" / "gameday.json").read_text())
     fault = report["faults"][0]
     assert report["passed"] is False and fault["verdict"] == "failed"
     assert fault["name"] == "GPU XID 79 on gpu3" and "not recovered" in fault["why"]
-    assert 'failures="1"' in (tmp_path / "reports" / "gameday.junit.xml").read_text()
+    assert 'failures="1"' in (tmp_path / "reports" / "latest" / "gameday.junit.xml").read_text()
 
 
 def test_the_partitions_game_day_passes(lab: Lab, tmp_path: Path, molecule_done: None) -> None:
     result = gameday(lab, REPO / "chaos" / "gamedays" / "partitions.yaml", tmp_path)
-    report = json.loads((tmp_path / "gameday.json").read_text()) if (tmp_path / "gameday.json").exists() else {}
+    path = tmp_path / "latest" / "gameday.json"
+    report = json.loads(path.read_text()) if path.exists() else {}
     for fault in report.get("faults", []):
         print(f"{fault['name']}: {fault['verdict']} {fault.get('why') or ''}, detected after "
               f"{fault['time_to_detect_s']} s, recovered after {fault['time_to_recover_s']} s, "

@@ -64,7 +64,8 @@ def test_the_kubernetes_game_day_takes_out_a_gpu_fault_and_a_lost_node_and_survi
     cmd = [sys.executable, "-m", "ha_ops", "gameday", "run", str(PLAN), "--lab", LAB_NAME, "--report-dir",
            str(tmp_path), "--json"]  # fmt: skip
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
-    report = json.loads((tmp_path / "gameday.json").read_text()) if (tmp_path / "gameday.json").exists() else {}
+    path = tmp_path / "latest" / "gameday.json"
+    report = json.loads(path.read_text()) if path.exists() else {}
     for fault in report.get("faults", []):
         print(f"{fault['name']}: {fault['verdict']} {fault.get('why') or ''}, detected after "
               f"{fault['time_to_detect_s']} s, recovered after {fault['time_to_recover_s']} s")  # fmt: skip

@@ -5,14 +5,9 @@ when it is set (CI keeps them), else to the test's own folder."""
 
 from __future__ import annotations
 
-import html
 import json
 import os
-import re
-import shutil
-import subprocess
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -20,10 +15,10 @@ from ha_ops.chaos import history, svg
 from ha_ops.chaos.gameday import FaultResult
 from ha_ops.chaos.plan import GameDayPlan, load_plan
 from ha_ops.chaos.report import LATEST, RunInfo, iso, report_json, write_run
+from tests.pagecheck import CHROMIUM, assert_text_apart, screenshot
 from tests.unit.cli_helpers import json_of, run_main
 
 PLAN = Path(__file__).resolve().parents[2] / "chaos" / "gamedays" / "standard.yaml"
-CHROMIUM = Path("/usr/bin/chromium")
 START = 1_796_000_000.0  # 2026-11-30T00:53:20Z
 
 
@@ -152,73 +147,16 @@ def test_ticks_are_round_numbers() -> None:
     assert svg.ticks(1, 3, 10, whole=True) == [1, 2, 3]  # (runs)
 
 
-# What the browser reports: every SVG's box and each of its texts' boxes, as laid out.
-PROBE = """<script>
-const found = [...document.querySelectorAll('svg')].map(s => {
-  const r = s.getBoundingClientRect();
-  return {cls: s.getAttribute('class'), box: [r.left, r.top, r.right, r.bottom],
-          texts: [...s.querySelectorAll('text')].map(t => {
-            const b = t.getBoundingClientRect();
-            return {text: t.textContent, box: [b.left, b.top, b.right, b.bottom]};
-          })};
-});
-const out = document.createElement('pre');
-out.id = 'probe';
-out.textContent = JSON.stringify(found);
-document.body.appendChild(out);
-</script>"""
-
-
-def chromium(*args: str, profile: Path) -> subprocess.CompletedProcess[str]:
-    argv = [str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--hide-scrollbars",
-            "--disable-background-networking", "--disable-component-update", "--disable-sync",
-            f"--user-data-dir={profile}", *args]  # fmt: skip
-    run = subprocess.run(argv, capture_output=True, text=True, timeout=120)
-    assert run.returncode == 0, run.stderr[-2000:]
-    return run
-
-
-def rendered_boxes(page: Path, profile: Path) -> list[dict[str, Any]]:
-    probe = page.with_name(f"probe-{page.name}")
-    probe.write_text(page.read_text().replace("</body>", PROBE + "</body>"))
-    try:
-        dom = chromium("--window-size=1280,2000", "--dump-dom", probe.as_uri(), profile=profile).stdout
-    finally:
-        probe.unlink()
-    found = re.search(r"<pre id=\"probe\">(.*?)</pre>", dom, re.S)
-    assert found, dom[-2000:]
-    return json.loads(html.unescape(found.group(1)))
-
-
-def overlap(a: list[float], b: list[float]) -> float:
-    """The area two boxes share (px²)."""
-    return max(0.0, min(a[2], b[2]) - max(a[0], b[0])) * max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
-
-
 @pytest.mark.skipif(not CHROMIUM.exists(), reason=f"no {CHROMIUM} (make setup installs it)")
 @pytest.mark.parametrize("page", ["latest/gameday.html", "index.html"])
 def test_the_pages_render_in_headless_chromium_with_no_label_overlapping_another(
     reports: Path, tmp_path: Path, page: str
 ) -> None:
-    path = reports / page
-    svgs = rendered_boxes(path, tmp_path / "profile")
+    svgs = assert_text_apart(reports / page)
     assert len(svgs) == (len(load_plan(PLAN).faults) if page == "latest/gameday.html" else 3)
-    for s in svgs:
-        texts = s["texts"]
-        assert texts, s["cls"]
-        for i, a in enumerate(texts):
-            assert a["box"][2] > a["box"][0], a  # rendered, with a width
-            inside = (a["box"][0] >= s["box"][0] - 0.5 and a["box"][2] <= s["box"][2] + 0.5
-                      and a["box"][1] >= s["box"][1] - 0.5 and a["box"][3] <= s["box"][3] + 0.5)  # fmt: skip
-            assert inside, f"{a['text']!r} clipped by its {s['cls']}: {a['box']} outside {s['box']}"
-            for b in texts[i + 1 :]:
-                assert overlap(a["box"], b["box"]) < 0.5, f"{a['text']!r} overlaps {b['text']!r} in a {s['cls']}"
+    assert all(s["texts"] for s in svgs)
     shots = Path(os.environ.get("HA_OPS_ARTIFACTS") or tmp_path) / "gameday-report"
-    shots.mkdir(parents=True, exist_ok=True)
-    shot = shots / f"{page.split('/')[-1].removesuffix('.html')}.png"
-    chromium("--window-size=1280,3000", f"--screenshot={shot}", path.as_uri(), profile=tmp_path / "profile")
-    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
-    shutil.rmtree(tmp_path / "profile", ignore_errors=True)
+    screenshot(reports / page, shots / f"{page.split('/')[-1].removesuffix('.html')}.png")
 
 
 def test_the_report_json_carries_the_run(reports: Path) -> None:

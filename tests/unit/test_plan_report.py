@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 import sys
 from html.parser import HTMLParser
@@ -20,10 +19,10 @@ from ha_ops.plan.failures import FLEETS, failure_mix
 from ha_ops.plan.presets import PRESETS
 from ha_ops.plan.report import INDEX, ReportDirError, write_report
 from ha_ops.plan.simulate import Estimate, Scenario, SimResult, compare, simulate
+from tests.pagecheck import CHROMIUM, screenshot
 from tests.unit.cli_helpers import run_main
 from tests.unit.test_plan_gameday import write_standard_report
 
-CHROMIUM = Path("/usr/bin/chromium")
 SMALL = ("--gpus", "256", "--days", "3", "--replications", "8")
 VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
 
@@ -239,12 +238,4 @@ def test_the_page_renders_in_headless_chromium(
 ) -> None:
     runs, diff = two_runs
     path = write_report(tmp_path / "report", runs, diff, {})
-    shot = tmp_path / "report.png"
-    profile = tmp_path / "profile"
-    argv = [str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--hide-scrollbars",
-            f"--user-data-dir={profile}", "--window-size=1280,4000", f"--screenshot={shot}", path.as_uri()]  # fmt: skip
-    run = subprocess.run(argv, capture_output=True, text=True, timeout=120)
-    assert run.returncode == 0, run.stderr[-2000:]
-    assert shot.is_file() and shot.stat().st_size > 10_000
-    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    shutil.rmtree(profile, ignore_errors=True)
+    screenshot(path, tmp_path / "report.png", height=4000)
