@@ -4,7 +4,10 @@ controller is the primary)."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
+from collections.abc import Mapping
+from ipaddress import IPv4Address
 from typing import Any
 
 from ha_ops.security.firewall import host_rules, render_nft
@@ -84,9 +87,20 @@ def _cluster_vars(spec: ClusterSpec, layout: Layout) -> dict[str, Any]:
     return cluster
 
 
-def render_inventory(spec: ClusterSpec) -> dict[str, Any]:
-    """An Ansible YAML inventory: role groups, one group per failure domain, zone and rack, and spares."""
+def with_addresses(layout: Layout, addresses: Mapping[str, IPv4Address]) -> Layout:
+    """The layout with these hosts at these addresses (e.g. the ones a cloud picked: ha_ops.spec.addresses)."""
+    nodes = [dataclasses.replace(n, address=addresses[n.name]) if n.name in addresses else n for n in layout.nodes]
+    return dataclasses.replace(layout, nodes=nodes)
+
+
+def render_inventory(spec: ClusterSpec, addresses: Mapping[str, IPv4Address] | None = None) -> dict[str, Any]:
+    """An Ansible YAML inventory: role groups, one group per failure domain, zone and rack, and spares.
+
+    `addresses` (host -> address) overrides the layout's: each such host's ansible_host and slurm_address, and
+    wherever the other hosts' firewall rules name it, since they are rendered from the same layout."""
     layout = compute_layout(spec)
+    if addresses:
+        layout = with_addresses(layout, addresses)
     hosts = {node.name: _host_vars(spec, node) for node in layout.nodes}
     if spec.firewall is not None:  # each host's nftables ruleset, for the host_firewall role
         for node in layout.nodes:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import re
 import socket
 import statistics
 import subprocess
@@ -33,6 +34,7 @@ import sys
 import threading
 import time
 import urllib.request
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -127,6 +129,7 @@ def one_run(lab: Lab, api: Client, nodes: list[str], failing: int, stagger: bool
         watcher = threading.Thread(target=watch_cordons, args=(api, seen, stop), daemon=True)
         watcher.start()
         time.sleep(1.0)  # the watch established
+        before = api_requests(lab)
         sent: dict[str, float] = {}
         conditioned: dict[str, float] = {}  # each agent's condition written
         answered: dict[str, float] = {}  # its report answered (the decision written)
@@ -148,6 +151,10 @@ def one_run(lab: Lab, api: Client, nodes: list[str], failing: int, stagger: bool
             list(pool.map(agent, victims))
         wait_for(f"{failing} nodes cordoned", lambda: set(victims) <= set(seen), timeout=300, interval=0.2)
         stop.set()
+        during = api_requests(lab) - before
+        busiest = ", ".join(f"{what} {n}" for what, n in during.most_common(8))
+        print(f"  API requests from the first report to the last cordon and the agents' conditions: {busiest}",
+              flush=True)  # fmt: skip
         latencies = [seen[n] - sent[n] for n in victims]
         first, last = min(sent.values()), max(seen[n] for n in victims)
         return {
@@ -197,6 +204,25 @@ def api_alone(api: Client, nodes: list[str], count: int) -> str:
             list(pool.map(scheduler.resume, targets))
     settle(api)
     return f"  API server alone, {PARALLEL} writers: " + "; ".join(out)
+
+
+REQUEST = re.compile(r"^apiserver_request_total\{([^}]*)\} ([0-9.e+]+)$")
+
+
+def api_requests(lab: Lab) -> Counter[str]:
+    """The API server's requests so far by verb, resource and subresource (its own metrics, as kubectl reads them)."""
+    text = subprocess.run(["kubectl", f"--kubeconfig={kubernetes.kubeconfig_path(lab.ctx)}", "get", "--raw",
+                           "/metrics"], capture_output=True, text=True, timeout=60, check=True).stdout  # fmt: skip
+    counts: Counter[str] = Counter()
+    for line in text.splitlines():
+        found = REQUEST.match(line)
+        if found:
+            labels = dict(re.findall(r'(\w+)="([^"]*)"', found.group(1)))
+            what = f"{labels.get('verb')} {labels.get('resource')}" + (
+                f"/{labels['subresource']}" if labels.get("subresource") else ""
+            )
+            counts[what] += int(float(found.group(2)))
+    return counts
 
 
 def kcm_backlog(api: Client) -> int:

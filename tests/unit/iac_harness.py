@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from ipaddress import IPv4Address
 from typing import Any
 
 import pulumi
@@ -17,6 +18,11 @@ from ha_ops.iac.plans.nodes import NodeRequest
 from ha_ops.iac.plans.storage import StorageReplica
 
 AVAILABILITY_ZONES = ["us-east-1a", "us-east-1b", "us-east-1c"]
+REGION = "us-east-1"
+ACCOUNT = "111122223333"
+# Where the mocked provider takes the addresses AWS would pick (instances without a private_ip, Elastic IPs).
+MOCK_PRIVATE_BASE = IPv4Address("100.64.0.0")
+MOCK_PUBLIC_BASE = IPv4Address("198.51.100.0")
 
 
 @dataclass(frozen=True)
@@ -37,6 +43,12 @@ class _Mocks(pulumi.runtime.Mocks):
         self.inputs: dict[tuple[str, str], dict[str, Any]] = {}
         self.calls: list[str] = []
         self._lock = threading.Lock()
+        self._picked = {"private": 0, "public": 0}
+
+    def _pick(self, kind: str, base: IPv4Address) -> str:
+        with self._lock:
+            self._picked[kind] += 1
+            return str(base + self._picked[kind])
 
     def new_resource(self, args: MockResourceArgs) -> tuple[str | None, dict]:
         with self._lock:
@@ -46,13 +58,28 @@ class _Mocks(pulumi.runtime.Mocks):
             state["bucket"] = f"{args.name}-bucket"
         if args.typ == "aws:ec2/placementGroup:PlacementGroup":
             state["name"] = f"{args.name}-pg"
+        if args.typ == "aws:s3/bucket:Bucket":
+            state["arn"] = f"arn:aws:s3:::{state['bucket']}"
+        if args.typ == "aws:efs/fileSystem:FileSystem":
+            state["arn"] = f"arn:aws:elasticfilesystem:{REGION}:{ACCOUNT}:file-system/{args.name}-id"
+        iam_kind = {"aws:iam/role:Role": "role", "aws:iam/instanceProfile:InstanceProfile": "instance-profile"}
+        if args.typ in iam_kind:  # the provider names them (a random suffix), and their ARN holds the name
+            state["name"] = f"{args.name}-{iam_kind[args.typ]}"
+            state["arn"] = f"arn:aws:iam::{ACCOUNT}:{iam_kind[args.typ]}/{state['name']}"
+        if args.typ == "aws:ec2/instance:Instance" and not state.get("privateIp"):
+            state["privateIp"] = self._pick("private", MOCK_PRIVATE_BASE)  # AWS picks it from the subnet
+        if args.typ == "aws:ec2/eip:Eip":
+            state["publicIp"] = self._pick("public", MOCK_PUBLIC_BASE)
         return f"{args.name}-id", state
 
     def call(self, args: pulumi.runtime.MockCallArgs) -> tuple[dict, list[tuple[str, str]] | None]:
         with self._lock:
             self.calls.append(args.token)
         if args.token == "aws:index/getAvailabilityZones:getAvailabilityZones":
-            return {"names": AVAILABILITY_ZONES, "zoneIds": [], "groupNames": [], "id": "us-east-1"}, []
+            return {"names": AVAILABILITY_ZONES, "zoneIds": [], "groupNames": [], "id": REGION}, []
+        if args.token == "aws:index/getRegion:getRegion":
+            endpoint = f"ec2.{REGION}.amazonaws.com"
+            return {"region": REGION, "name": REGION, "id": REGION, "endpoint": endpoint, "description": ""}, []
         return {}, []
 
 
@@ -79,12 +106,14 @@ class Harness:
     mocks: _Mocks
     monitor: _Monitor
     resources: list[Registered] = field(default_factory=list)
+    exports: dict[str, Any] = field(default_factory=dict)  # the stack outputs (pulumi.export), resolved
 
     @classmethod
-    def install(cls) -> Harness:
+    def install(cls, project: str = "ha-ops") -> Harness:
+        """`project`: the Pulumi project's name, which is also the namespace of `pulumi.Config()`."""
         mocks = _Mocks()
         monitor = _Monitor(mocks)
-        pulumi.runtime.set_mocks(mocks, project="ha-ops", stack="test", preview=False, monitor=monitor)
+        pulumi.runtime.set_mocks(mocks, project=project, stack="test", preview=False, monitor=monitor)
         return cls(mocks, monitor)
 
     def run(self, program: Callable[[], object]) -> object:
@@ -93,8 +122,12 @@ class Harness:
         result: dict[str, object] = {}
 
         @pulumi.runtime.test
-        def body() -> None:
+        def body() -> pulumi.Output[None]:
             result["value"] = program()
+            # The stack's outputs only reach the engine when a real run ends; read them off the root resource.
+            stack = pulumi.runtime.get_root_resource()
+            exported = dict(getattr(stack, "outputs", {}))
+            return pulumi.Output.from_input(exported).apply(self.exports.update)
 
         try:
             body()

@@ -1,25 +1,36 @@
 """The AWS stack (ha_ops.iac.stacks.aws) under Pulumi mocks: GPU instances with EFA interfaces in one cluster
 placement group per availability zone, spread over two zones, the control plane and FSx for Lustre replicas spread
-the same way, Slurm state on EFS, all under one component tree; and a spec that breaks a rule declares nothing."""
+the same way, Slurm state on EFS, egress through a NAT gateway per zone, one least-privilege instance profile, the
+nodes' addresses exported, all under one component tree; a spec that breaks a rule declares nothing; and the
+infra/aws Pulumi project runs the stack from its example stack configuration."""
 
 from __future__ import annotations
 
 import json
+import runpy
+import tomllib
 from collections import Counter
+from ipaddress import IPv4Address, IPv4Network
 from pathlib import Path
 
 import pulumi
 import pytest
+import yaml
+from pydantic import ValidationError
 
 from ha_ops.errors import SpecError
 from ha_ops.iac.stacks.aws import AwsClusterConfig, AwsGpuCluster, build_aws_cluster, program
+from ha_ops.iac.stacks.aws_network import plan_public_subnets
 from ha_ops.iac.violations import PolicyViolationError
-from ha_ops.spec import compute_layout
-from tests.unit.iac_harness import AVAILABILITY_ZONES, Harness, Registered
+from ha_ops.spec import compute_layout, load_spec
+from tests.unit.iac_harness import AVAILABILITY_ZONES, MOCK_PRIVATE_BASE, REGION, Harness, Registered
 from tests.unit.iac_specs import EXAMPLES, changed, example
 
 CONFIG = AwsClusterConfig(ami="ami-0123456789abcdef0", efa_interfaces=32)
 ZONES_CALL = "aws:index/getAvailabilityZones:getAvailabilityZones"
+REGION_CALL = "aws:index/getRegion:getRegion"
+INFRA_AWS = Path(__file__).resolve().parents[2] / "infra" / "aws"
+PROD_AZS = ["us-east-1a", "us-east-1b"]
 
 
 @pytest.fixture
@@ -78,8 +89,12 @@ def test_gpu_instances_launch_with_an_efa_interface_on_every_network_card(prod: 
         }
 
 
+def by_name(mocks: Harness, typ: str) -> dict[str, Registered]:
+    return {r.name: r for r in mocks.of_type(typ)}
+
+
 def test_subnets_follow_the_layout_and_the_zone_of_their_domains(prod: Harness) -> None:
-    subnets = {s.name: s.inputs for s in prod.of_type("aws:ec2/subnet:Subnet")}
+    subnets = {s.name: s.inputs for s in prod.of_type("aws:ec2/subnet:Subnet") if "-leaf" in s.name}
     assert {n: (s["cidrBlock"], s["availabilityZone"]) for n, s in subnets.items()} == {
         "prod-leaf1": ("10.80.0.0/24", "us-east-1a"),
         "prod-leaf2": ("10.80.1.0/24", "us-east-1a"),
@@ -141,13 +156,18 @@ def test_every_resource_hangs_off_the_cluster_component(prod: Harness) -> None:
     }
     assert (out["slurm_primary"], out["slurm_backup"]) == ("ctl1", "ctl2")
     assert out["lustre"] == {"replica1": "prod-lustre-replica1-id", "replica2": "prod-lustre-replica2-id"}
-    assert prod.mocks.calls == [ZONES_CALL]
+    # The network and the identity hang off the cluster too.
+    for typ in ("aws:ec2/internetGateway:InternetGateway", "aws:ec2/natGateway:NatGateway", "aws:ec2/eip:Eip",
+                "aws:ec2/routeTable:RouteTable", "aws:ec2/route:Route", "aws:ec2/vpcEndpoint:VpcEndpoint",
+                "aws:iam/role:Role", "aws:iam/rolePolicy:RolePolicy", "aws:iam/instanceProfile:InstanceProfile"):  # fmt: skip
+        assert prod.of_type(typ) and all(prod.parent(r) == cluster for r in prod.of_type(typ)), typ
+    assert prod.mocks.calls == [ZONES_CALL, REGION_CALL]
 
 
 def test_zones_from_the_config_are_used_without_asking_the_region(mocks: Harness) -> None:
     config = CONFIG.model_copy(update={"zones": {"zone-a": "eu-west-1c", "zone-b": "eu-west-1a"}})
     mocks.run(lambda: build_aws_cluster(example("production.yaml"), config))
-    assert mocks.mocks.calls == []
+    assert mocks.mocks.calls == [REGION_CALL]  # its name, for the S3 endpoint; not its zones
     assert Counter(g.inputs["availabilityZone"] for g in instances(mocks, "gpu")) == {
         "eu-west-1c": 32,
         "eu-west-1a": 32,
@@ -190,20 +210,253 @@ def stack_config() -> object:
     pulumi.runtime.set_all_config({})
 
 
-def test_the_program_reads_the_spec_and_aws_settings_from_stack_config(mocks: Harness, stack_config: object) -> None:
+def test_the_program_reads_the_spec_and_aws_settings_from_stack_config(stack_config: object) -> None:
+    # The project's own namespace (infra/aws/Pulumi.yaml names the project ha-ops-aws).
+    mocks = Harness.install(project="ha-ops-aws")
     settings = {"ami": "ami-1", "zones": {"zone-a": "us-west-2a", "zone-b": "us-west-2b"}, "efa_interfaces": 4}
     pulumi.runtime.set_all_config(
-        {"ha-ops:spec": str(EXAMPLES / "production.yaml"), "ha-ops:aws": json.dumps(settings)}
+        {"ha-ops-aws:spec": str(EXAMPLES / "production.yaml"), "ha-ops-aws:aws": json.dumps(settings)}
     )
     mocks.run(program)
     assert len(instances(mocks, "gpu")) == 64
     template = mocks.of_type("aws:ec2/launchTemplate:LaunchTemplate")[0].inputs
     assert template["imageId"] == "ami-1" and len(template["networkInterfaces"]) == 4
+    assert set(mocks.exports) >= {"nodes", "etcd_members", "vpc_id", "nat_public_ips", "availability_zones"}
+    assert mocks.exports["vpc_id"] == "prod-vpc-id"
+    assert set(mocks.exports["nat_public_ips"]) == {"us-west-2a", "us-west-2b"}
 
-    pulumi.runtime.set_all_config({"ha-ops:spec": str(Path(EXAMPLES / "production.yaml")), "ha-ops:aws": "{}"})
-    with pytest.raises(SpecError, match="ami: required key is missing"):
-        Harness.install().run(program)
+    spec = str(Path(EXAMPLES / "production.yaml"))
+    pulumi.runtime.set_all_config({"ha-ops-aws:spec": spec, "ha-ops-aws:aws": "{}"})
+    with pytest.raises(SpecError, match="ha-ops-aws:aws: ami: required key is missing"):
+        Harness.install(project="ha-ops-aws").run(program)
+    bad_cidr = json.dumps({"ami": "ami-1", "admin_cidrs": ["10.0.0.1/8"]})  # host bits set: not a network
+    pulumi.runtime.set_all_config({"ha-ops-aws:spec": spec, "ha-ops-aws:aws": bad_cidr})
+    with pytest.raises(SpecError, match=r"admin_cidrs\[0\]"):
+        Harness.install(project="ha-ops-aws").run(program)
 
 
 def test_availability_zones_come_from_the_mocked_region() -> None:
     assert AVAILABILITY_ZONES[:2] == ["us-east-1a", "us-east-1b"]  # what the assertions above rely on
+
+
+# The network: egress per zone, the S3 endpoint, SSH from the operators only.
+
+
+def test_each_zone_has_its_own_nat_gateway_and_elastic_ip_in_a_public_subnet_of_that_zone(prod: Harness) -> None:
+    (vpc,) = prod.of_type("aws:ec2/vpc:Vpc")
+    (igw,) = prod.of_type("aws:ec2/internetGateway:InternetGateway")
+    assert igw.inputs["vpcId"] == "prod-vpc-id"
+    subnets = by_name(prod, "aws:ec2/subnet:Subnet")
+    eips = by_name(prod, "aws:ec2/eip:Eip")
+    nats = by_name(prod, "aws:ec2/natGateway:NatGateway")
+    assert sorted(nats) == sorted(eips) == [f"prod-{az}-nat" for az in PROD_AZS]
+    for az in PROD_AZS:
+        public = subnets[f"prod-{az}-public"].inputs
+        assert public["availabilityZone"] == az and IPv4Network(public["cidrBlock"]).prefixlen == 28
+        assert public["mapPublicIpOnLaunch"] is False
+        nat = nats[f"prod-{az}-nat"]
+        assert nat.inputs["subnetId"] == f"prod-{az}-public-id"
+        assert nat.inputs["allocationId"] == f"prod-{az}-nat-id"  # its own zone's Elastic IP
+        assert eips[f"prod-{az}-nat"].inputs["domain"] == "vpc"
+        assert igw.urn in nat.dependencies and igw.urn in eips[f"prod-{az}-nat"].dependencies
+    # One public route table: the default route to the Internet gateway, on every public subnet.
+    routes = {r.name: r.inputs for r in prod.of_type("aws:ec2/route:Route")}
+    assert routes["prod-public-default"] == {
+        "routeTableId": "prod-public-id",
+        "destinationCidrBlock": "0.0.0.0/0",
+        "gatewayId": "prod-igw-id",
+    }
+    associations = {a.inputs["subnetId"]: a.inputs["routeTableId"] for a in
+                    prod.of_type("aws:ec2/routeTableAssociation:RouteTableAssociation")}  # fmt: skip
+    assert {f"prod-{az}-public-id": "prod-public-id" for az in PROD_AZS}.items() <= associations.items()
+    assert vpc.inputs["cidrBlock"] == "10.80.0.0/16"
+
+
+def test_each_zones_leaf_subnets_route_out_through_their_own_zones_nat_gateway(prod: Harness) -> None:
+    routes = {r.name: r.inputs for r in prod.of_type("aws:ec2/route:Route")}
+    tables = by_name(prod, "aws:ec2/routeTable:RouteTable")
+    assert sorted(tables) == ["prod-public", *(f"prod-{az}-private" for az in PROD_AZS)]
+    for az in PROD_AZS:
+        assert routes[f"prod-{az}-private-default"] == {
+            "routeTableId": f"prod-{az}-private-id",
+            "destinationCidrBlock": "0.0.0.0/0",
+            "natGatewayId": f"prod-{az}-nat-id",
+        }
+    associations = {a.inputs["subnetId"]: a.inputs["routeTableId"] for a in
+                    prod.of_type("aws:ec2/routeTableAssociation:RouteTableAssociation")}  # fmt: skip
+    subnets = by_name(prod, "aws:ec2/subnet:Subnet")
+    leaves = {n: s for n, s in subnets.items() if "-leaf" in n}
+    assert len(leaves) == 4
+    for name, leaf in leaves.items():
+        # Every leaf subnet on the private table of the zone it is in, so its egress never crosses zones.
+        assert associations[f"{name}-id"] == f"prod-{leaf.inputs['availabilityZone']}-private-id"
+    # No route table has inline routes (they would fight the S3 endpoint's routes).
+    assert all("routes" not in t.inputs for t in tables.values())
+
+
+def test_s3_traffic_takes_a_gateway_endpoint_on_the_private_route_tables(prod: Harness) -> None:
+    (endpoint,) = prod.of_type("aws:ec2/vpcEndpoint:VpcEndpoint")
+    assert endpoint.inputs["serviceName"] == f"com.amazonaws.{REGION}.s3"
+    assert endpoint.inputs["vpcEndpointType"] == "Gateway"
+    assert endpoint.inputs["vpcId"] == "prod-vpc-id"
+    assert sorted(endpoint.inputs["routeTableIds"]) == [f"prod-{az}-private-id" for az in PROD_AZS]
+
+
+def test_the_public_subnets_overlap_no_leaf_subnet_or_address(prod: Harness) -> None:
+    subnets = by_name(prod, "aws:ec2/subnet:Subnet")
+    public = [IPv4Network(subnets[f"prod-{az}-public"].inputs["cidrBlock"]) for az in PROD_AZS]
+    assert public == [IPv4Network("10.80.255.240/28"), IPv4Network("10.80.255.224/28")]  # the top of host_cidr
+    leaves = [IPv4Network(s.inputs["cidrBlock"]) for n, s in subnets.items() if "-leaf" in n]
+    assert not any(p.overlaps(leaf) for p in public for leaf in leaves)
+    # Every example, with as many zones as could be asked of it: clear of every leaf, domain subnet and address.
+    for path in sorted(EXAMPLES.glob("*.yaml")):
+        spec = load_spec(path)
+        layout = compute_layout(spec)
+        planned = plan_public_subnets(spec, [f"az{i}" for i in range(3)])
+        taken = [leaf.subnet for leaf in layout.leaves] + [d.subnet for d in spec.failure_domains if d.subnet]
+        addresses = [n.address for n in layout.nodes] + list(layout.service_addresses.values())
+        assert len(set(planned.values())) == 3, path.name
+        for net in planned.values():
+            assert net.subnet_of(spec.network.host_cidr), (path.name, net)
+            assert not any(net.overlaps(t) for t in taken), (path.name, net)
+            assert not any(a in net for a in addresses), (path.name, net)
+
+
+def test_a_host_cidr_with_no_room_for_the_public_subnets_is_refused_before_anything_is_declared(
+    mocks: Harness,
+) -> None:
+    # A /22 is exactly the four leaves' /24s: nothing is left for a NAT gateway's subnet.
+    spec = changed("production.yaml", lambda d: d["network"].update(host_cidr="10.80.0.0/22"))
+    with pytest.raises(SpecError, match=r"network.host_cidr: 10.80.0.0/22 has no free /28"):
+        mocks.run(lambda: build_aws_cluster(spec, CONFIG))
+    assert mocks.resources == []
+
+
+def ssh_rules(mocks: Harness) -> list[dict]:
+    (group,) = mocks.of_type("aws:ec2/securityGroup:SecurityGroup")
+    return [r for r in group.inputs["ingress"] if not r.get("self")]
+
+
+def test_no_ssh_from_outside_without_admin_cidrs(prod: Harness) -> None:
+    (group,) = prod.of_type("aws:ec2/securityGroup:SecurityGroup")
+    assert group.inputs["ingress"] == [{"protocol": "-1", "fromPort": 0, "toPort": 0, "self": True}]
+
+
+def test_ssh_is_allowed_only_from_the_admin_cidrs(mocks: Harness) -> None:
+    config = CONFIG.model_copy(update={"admin_cidrs": [IPv4Network("10.9.0.0/16"), IPv4Network("192.0.2.0/24")]})
+    mocks.run(lambda: build_aws_cluster(example("production.yaml"), config))
+    assert ssh_rules(mocks) == [
+        {
+            "protocol": "tcp",
+            "fromPort": 22,
+            "toPort": 22,
+            "cidrBlocks": ["10.9.0.0/16", "192.0.2.0/24"],
+            "description": "SSH from the operators' networks (admin_cidrs)",
+        }
+    ]
+
+
+def test_admin_cidrs_must_be_networks() -> None:
+    assert AwsClusterConfig(ami="a", admin_cidrs=["10.9.0.0/16"]).admin_cidrs == [IPv4Network("10.9.0.0/16")]
+    for bad in ("10.9.0.1/16", "not-a-cidr", "2001:db8::/32"):
+        with pytest.raises(ValidationError):
+            AwsClusterConfig(ami="a", admin_cidrs=[bad])
+
+
+# The nodes' identity: one instance profile, least privilege.
+
+
+def test_every_node_runs_as_the_clusters_instance_profile(prod: Harness) -> None:
+    (profile,) = prod.of_type("aws:iam/instanceProfile:InstanceProfile")
+    assert profile.inputs["role"] == "prod-node-role"
+    arn = "arn:aws:iam::111122223333:instance-profile/prod-node-instance-profile"
+    templates = prod.of_type("aws:ec2/launchTemplate:LaunchTemplate")
+    assert len(templates) == 4 and all(t.inputs["iamInstanceProfile"] == {"arn": arn} for t in templates)
+    plain = instances(prod, "slurm-controller") + instances(prod, "etcd")
+    assert len(plain) == 5
+    assert all(i.inputs["iamInstanceProfile"] == "prod-node-instance-profile" for i in plain)
+    # The profile waits for the role's policies: a node boots with its permissions.
+    attachments = [r.urn for r in prod.resources if r.type.startswith(("aws:iam/rolePolicy", "aws:iam/rolePolicyAtt"))]
+    assert len(attachments) == 2 and set(attachments) <= set(profile.dependencies)
+
+
+def test_the_node_role_may_use_ssm_the_clusters_bucket_and_its_slurm_state_only(prod: Harness) -> None:
+    (role,) = prod.of_type("aws:iam/role:Role")
+    trust = json.loads(role.inputs["assumeRolePolicy"])
+    assert trust["Statement"] == [
+        {"Effect": "Allow", "Principal": {"Service": "ec2.amazonaws.com"}, "Action": "sts:AssumeRole"}
+    ]
+    (ssm,) = prod.of_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment")
+    assert ssm.inputs == {"role": "prod-node-role", "policyArn": "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore"}
+    (inline,) = prod.of_type("aws:iam/rolePolicy:RolePolicy")
+    assert inline.inputs["role"] == "prod-node-id"
+    statements = json.loads(inline.inputs["policy"])["Statement"]
+    bucket = "arn:aws:s3:::prod-shared-bucket"
+    efs = "arn:aws:elasticfilesystem:us-east-1:111122223333:file-system/prod-slurm-state-id"
+    granted = {(tuple(s["Action"]), s["Resource"]) for s in statements}
+    assert granted == {
+        (("s3:ListBucket",), bucket),
+        (("s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload"), f"{bucket}/*"),
+        (("elasticfilesystem:ClientMount", "elasticfilesystem:ClientWrite"), efs),
+    }
+    assert all(s["Effect"] == "Allow" for s in statements)
+    assert not any("*" in a for s in statements for a in s["Action"])
+
+
+# The addresses the stack exports, for `ha-ops inventory --addresses`.
+
+
+def test_the_nodes_output_names_exactly_the_spec_hosts_the_stack_built(prod: Harness) -> None:
+    (cluster,) = prod.of_type("haops:aws:GpuCluster")
+    out = prod.outputs(cluster)
+    layout = compute_layout(example("production.yaml"))
+    gpus = {n.name for n in layout.nodes if "gpu" in n.roles}
+    controllers = {n.name: str(n.address) for n in layout.nodes if "controller" in n.roles}
+    assert len(gpus) == 64 and set(controllers) == {"ctl1", "ctl2"}
+    assert set(out["nodes"]) == gpus | set(controllers)  # not the storage or monitoring hosts: AWS builds none
+    assert {h: out["nodes"][h] for h in controllers} == controllers  # at their spec addresses
+    # GPU nodes: whatever AWS gave each (the mocked provider counts up from MOCK_PRIVATE_BASE), one each.
+    gpu_addresses = [IPv4Address(out["nodes"][h]) for h in gpus]
+    assert len(set(gpu_addresses)) == 64 and all(a > MOCK_PRIVATE_BASE for a in gpu_addresses)
+    assert sorted(out["etcd_members"]) == ["etcd1", "etcd2", "etcd3"]
+    assert all(IPv4Address(a) > MOCK_PRIVATE_BASE for a in out["etcd_members"].values())
+    assert sorted(out["nat_public_ips"]) == PROD_AZS
+    assert len(set(out["nat_public_ips"].values())) == 2
+    assert out["vpc_id"] == "prod-vpc-id"
+
+
+def stack_settings(stack_file: Path) -> dict[str, str]:
+    """A stack file's config as the engine hands it to a program: objects as JSON text."""
+    config = yaml.safe_load(stack_file.read_text())["config"]
+    return {k: v if isinstance(v, str) else json.dumps(v) for k, v in config.items()}
+
+
+def test_the_infra_aws_project_runs_the_stack_from_its_example_config(
+    stack_config: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    project = yaml.safe_load((INFRA_AWS / "Pulumi.yaml").read_text())
+    assert project["name"] == "ha-ops-aws"
+    assert project["runtime"] == {"name": "python", "options": {"toolchain": "pip", "virtualenv": "venv"}}
+    # `aws` is an object, which Pulumi's project config types cannot declare: Pulumi.yaml describes it in comments.
+    assert project["config"]["ha-ops-aws:spec"]["type"] == "string"
+    # requirements.txt installs this checkout with the extra that carries pulumi-aws.
+    extras = tomllib.loads((INFRA_AWS.parents[1] / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert any(d.startswith("pulumi-aws") for d in extras["iac"])
+    assert "-e ../..[iac]" in (INFRA_AWS / "requirements.txt").read_text().splitlines()
+
+    settings = stack_settings(INFRA_AWS / "Pulumi.example.yaml")
+    assert json.loads(settings["ha-ops-aws:aws"])["admin_cidrs"]  # the example shows SSH from an admin network
+    pulumi.runtime.set_all_config(settings)
+    monkeypatch.chdir(INFRA_AWS)  # where Pulumi runs the program: the spec path is relative to it
+    mocks = Harness.install(project=project["name"])
+    mocks.run(lambda: runpy.run_path(str(INFRA_AWS / "__main__.py"), run_name="__main__"))
+
+    assert len(instances(mocks, "gpu")) == 64
+    layout = compute_layout(example("production.yaml"))
+    expected = {n.name for n in layout.nodes if {"gpu", "controller"} & set(n.roles)}
+    assert set(mocks.exports["nodes"]) == expected
+    assert sorted(mocks.exports["etcd_members"]) == ["etcd1", "etcd2", "etcd3"]
+    zones = json.loads(settings["ha-ops-aws:aws"])["zones"]
+    assert mocks.exports["availability_zones"] == zones
+    assert set(mocks.exports["nat_public_ips"]) == set(zones.values())
+    assert ssh_rules(mocks)[0]["cidrBlocks"] == json.loads(settings["ha-ops-aws:aws"])["admin_cidrs"]

@@ -1,15 +1,18 @@
 """The AWS stack: a GPU cluster from a ClusterSpec. GPU instances (p5-like, an EFA interface per network card) in
 one cluster placement group per availability zone, spread over >= 2 zones; the control plane and FSx for Lustre
-replicas spread the same way; Slurm's StateSaveLocation on EFS, which outlives a zone. Every HA rule is checked
-before the first resource is declared.
+replicas spread the same way; Slurm's StateSaveLocation on EFS, which outlives a zone; egress through a NAT gateway
+per zone (aws_network) and one instance profile for every node (aws_iam). Every HA rule is checked before the first
+resource is declared.
 
 `build_aws_cluster(spec, config)` is the program body (tests call it under Pulumi mocks); `program()` reads the
-stack's configuration (`ha-ops:spec`, `ha-ops:aws`) for a Pulumi project's __main__.py or the automation API.
+stack's configuration (`spec`, `aws` in the project's namespace: `ha-ops-aws:` for infra/aws) for a Pulumi
+project's __main__.py or the automation API, and exports the nodes' addresses for `ha-ops inventory --addresses`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from ipaddress import IPv4Network
 from pathlib import Path
 
 import pulumi
@@ -24,6 +27,8 @@ from ha_ops.iac.plans.control_plane import plan_control_plane
 from ha_ops.iac.plans.storage import plan_storage, spec_replicas
 from ha_ops.iac.policy import check_control_plane, check_pool_zones, check_spec, check_storage
 from ha_ops.iac.stacks.aws_factories import AwsNodeFactory, FsxLustreFactory
+from ha_ops.iac.stacks.aws_iam import build_node_identity
+from ha_ops.iac.stacks.aws_network import build_network, plan_public_subnets, ssh_ingress
 from ha_ops.iac.violations import Violation, enforce
 from ha_ops.spec.layout import compute_layout, leaf_for_domain
 from ha_ops.spec.load import load_spec, validation_problems
@@ -47,6 +52,15 @@ class AwsClusterConfig(BaseModel):
     key_name: str | None = None
     lustre_capacity_gib: int = Field(1200, ge=1200, multiple_of=1200)
     lustre_throughput_mb_per_tib: int = Field(250, description="PERSISTENT_2: 125, 250, 500 or 1000.")
+    admin_cidrs: list[IPv4Network] = Field(
+        default_factory=list,
+        description="Networks allowed to SSH (tcp 22) to the nodes. Default none: no inbound SSH at all; operators and "
+        "Ansible then reach the nodes through SSM Session Manager. The nodes have no public address, so these are "
+        "networks that reach the VPC (peered, VPN, Direct Connect).",
+    )
+
+# The roles of NodeRequests that are hosts of the spec (etcd members are not: the stack names them).
+SPEC_HOST_ROLES = ("gpu", "slurm-controller")
 
 
 class AwsGpuCluster(pulumi.ComponentResource):
@@ -60,8 +74,11 @@ class AwsGpuCluster(pulumi.ComponentResource):
         zone_map: Mapping[str, str],
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
-        super().__init__("haops:aws:GpuCluster", name, None, opts)
         self.zone_map: dict[str, str] = dict(zone_map)
+        # Before registering: a spec the network cannot be laid out for leaves nothing behind.
+        leaf_zone = leaf_zones(spec, self.zone_map)
+        public_cidrs = plan_public_subnets(spec, sorted(set(leaf_zone.values())))
+        super().__init__("haops:aws:GpuCluster", name, None, opts)
         layout = compute_layout(spec)
         child = pulumi.ResourceOptions(parent=self)
 
@@ -74,7 +91,6 @@ class AwsGpuCluster(pulumi.ComponentResource):
             opts=child,
         )
         # One subnet per leaf of the layout (its /24), in the zone of the failure domains on that leaf.
-        leaf_zone = leaf_zones(spec, self.zone_map)
         self.subnets: dict[int, aws.ec2.Subnet] = {
             leaf: aws.ec2.Subnet(
                 f"{name}-leaf{leaf}",
@@ -86,12 +102,14 @@ class AwsGpuCluster(pulumi.ComponentResource):
             )
             for leaf, az in sorted(leaf_zone.items())
         }
-        # EFA needs all traffic to and from the security group itself; FSx and EFS ride on the same rule.
+        self.network = build_network(name, self.vpc, self.subnets, leaf_zone, public_cidrs, parent=self)
+        # EFA needs all traffic to and from the security group itself; FSx and EFS ride on the same rule. From
+        # outside, SSH from the operators' networks only (none without admin_cidrs).
         self.security_group = aws.ec2.SecurityGroup(
             f"{name}-cluster",
             vpc_id=self.vpc.id,
             description=f"ha-ops cluster {name}: EFA, Lustre and NFS between members",
-            ingress=[{"protocol": "-1", "from_port": 0, "to_port": 0, "self": True}],
+            ingress=[{"protocol": "-1", "from_port": 0, "to_port": 0, "self": True}, *ssh_ingress(config.admin_cidrs)],
             egress=[
                 {"protocol": "-1", "from_port": 0, "to_port": 0, "self": True},
                 {"protocol": "-1", "from_port": 0, "to_port": 0, "cidr_blocks": ["0.0.0.0/0"]},
@@ -107,6 +125,14 @@ class AwsGpuCluster(pulumi.ComponentResource):
             for az in gpu_azs
         }
 
+        # The bucket and Slurm's state file system come before the nodes: the nodes' role is scoped to them.
+        self.bucket = aws.s3.Bucket(f"{name}-shared", tags={"ha-ops/cluster": name}, opts=child)
+        # Slurm's StateSaveLocation: both controllers must see one copy, in whichever zone survives.
+        self.slurm_state = aws.efs.FileSystem(
+            f"{name}-slurm-state", encrypted=True, tags={"ha-ops/cluster": name}, opts=child
+        )
+        self.identity = build_node_identity(name, self.bucket, self.slurm_state, parent=self)
+
         nodes = AwsNodeFactory(
             cluster=name,
             config=config,
@@ -114,6 +140,7 @@ class AwsGpuCluster(pulumi.ComponentResource):
             subnets=self.subnets,
             security_group=self.security_group,
             placement_groups=self.placement_groups,
+            instance_profile=self.identity.profile,
         )
         self.pools: dict[str, GpuNodePool] = {
             pool.name: GpuNodePool(f"{name}-{pool.name}", GpuNodePoolArgs(spec, pool.name, nodes), opts=child)
@@ -121,7 +148,6 @@ class AwsGpuCluster(pulumi.ComponentResource):
         }
         self.control_plane: ControlPlane = ControlPlane(f"{name}-control", ControlPlaneArgs(spec, nodes), opts=child)
 
-        self.bucket = aws.s3.Bucket(f"{name}-shared", tags={"ha-ops/cluster": name}, opts=child)
         lustre = FsxLustreFactory(
             cluster=name, config=config, subnets=self.subnets, security_group=self.security_group, bucket=self.bucket
         )
@@ -129,10 +155,6 @@ class AwsGpuCluster(pulumi.ComponentResource):
             f"{name}-lustre", ReplicatedStorageArgs(spec, lustre), opts=child
         )
 
-        # Slurm's StateSaveLocation: both controllers must see one copy, in whichever zone survives.
-        self.slurm_state = aws.efs.FileSystem(
-            f"{name}-slurm-state", encrypted=True, tags={"ha-ops/cluster": name}, opts=child
-        )
         first_subnet_per_az: dict[str, aws.ec2.Subnet] = {}
         for leaf, az in sorted(leaf_zone.items()):
             first_subnet_per_az.setdefault(az, self.subnets[leaf])
@@ -145,9 +167,25 @@ class AwsGpuCluster(pulumi.ComponentResource):
                 opts=child,
             )
 
+        # Every instance's private address by its name: spec hosts (what `ha-ops inventory --addresses` takes; GPU
+        # nodes get theirs from AWS, not the layout), and the etcd members the stack named itself.
+        built = nodes.instances.values()
+        self.node_addresses: dict[str, pulumi.Output[str]] = {
+            req.name: inst.private_ip for req, inst in built if req.role in SPEC_HOST_ROLES
+        }
+        self.etcd_addresses: dict[str, pulumi.Output[str]] = {
+            req.name: inst.private_ip for req, inst in built if req.role == "etcd"
+        }
+        self.nat_public_ips: dict[str, pulumi.Output[str]] = {
+            az: eip.public_ip for az, eip in self.network.nat_ips.items()
+        }
         self.register_outputs(
             {
                 "vpc_id": self.vpc.id,
+                "nodes": self.node_addresses,
+                "etcd_members": self.etcd_addresses,
+                "nat_public_ips": self.nat_public_ips,
+                "instance_profile": self.identity.profile.name,
                 "availability_zones": self.zone_map,
                 "placement_groups": {az: pg.name for az, pg in self.placement_groups.items()},
                 "gpu_nodes_per_zone": {p: pool.plan.by_zone() for p, pool in self.pools.items()},
@@ -208,14 +246,21 @@ def build_aws_cluster(spec: ClusterSpec, config: AwsClusterConfig, name: str | N
 
 
 def program() -> None:
-    """Entry point for a Pulumi project: `ha-ops:spec` is the spec's path, `ha-ops:aws` an AwsClusterConfig."""
-    cfg = pulumi.Config("ha-ops")
+    """Entry point for a Pulumi project (infra/aws): in the project's own config namespace, `spec` is the spec's
+    path and `aws` an AwsClusterConfig."""
+    cfg = pulumi.Config()  # the project's namespace: `ha-ops-aws:spec` for infra/aws
     spec = load_spec(Path(cfg.require("spec")))
     try:
         config = AwsClusterConfig.model_validate(cfg.require_object("aws"))
     except ValidationError as exc:
-        raise SpecError("ha-ops:aws", validation_problems(exc)) from None
+        raise SpecError(cfg.full_key("aws"), validation_problems(exc)) from None
     cluster = build_aws_cluster(spec, config)
+    # `nodes` is what `ha-ops inventory --addresses` reads from `pulumi stack output --json`.
+    pulumi.export("nodes", cluster.node_addresses)
+    pulumi.export("etcd_members", cluster.etcd_addresses)
+    pulumi.export("vpc_id", cluster.vpc.id)
+    pulumi.export("nat_public_ips", cluster.nat_public_ips)
+    pulumi.export("shared_bucket", cluster.bucket.bucket)
     pulumi.export("availability_zones", cluster.zone_map)
     pulumi.export("slurm_primary", cluster.control_plane.slurm_primary)
     pulumi.export("slurm_backup", cluster.control_plane.slurm_backup)

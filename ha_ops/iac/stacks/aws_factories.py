@@ -27,7 +27,8 @@ def _tags(cluster: str, name: str, extra: Mapping[str, str]) -> dict[str, str]:
 class AwsNodeFactory:
     """Builds every NodeRequest as an EC2 instance in the subnet of its layout leaf. GPU nodes launch from one
     launch template per (pool, leaf) carrying an EFA interface on each network card, inside the cluster placement
-    group of their availability zone (a cluster placement group never spans zones)."""
+    group of their availability zone (a cluster placement group never spans zones). Every instance runs as the
+    cluster's instance profile (GPU nodes through their launch template)."""
 
     cluster: str
     config: AwsClusterConfig
@@ -35,7 +36,10 @@ class AwsNodeFactory:
     subnets: Mapping[int, aws.ec2.Subnet]
     security_group: aws.ec2.SecurityGroup
     placement_groups: Mapping[str, aws.ec2.PlacementGroup]
+    instance_profile: aws.iam.InstanceProfile  # every node's identity (ha_ops.iac.stacks.aws_iam)
     launch_templates: dict[tuple[str, int], aws.ec2.LaunchTemplate] = field(default_factory=dict)
+    # Every instance built, by its request's (spec or layout) name: the stack exports their addresses.
+    instances: dict[str, tuple[NodeRequest, aws.ec2.Instance]] = field(default_factory=dict)
 
     def __call__(self, resource_name: str, request: NodeRequest, opts: pulumi.ResourceOptions) -> pulumi.Resource:
         az = self.zone_map[request.zone]
@@ -44,6 +48,13 @@ class AwsNodeFactory:
             request.name,
             {"ha-ops/role": request.role, "ha-ops/domain": request.domain, **request.labels},
         )
+        instance = self._instance(resource_name, request, az, tags, opts)
+        self.instances[request.name] = (request, instance)
+        return instance
+
+    def _instance(
+        self, resource_name: str, request: NodeRequest, az: str, tags: dict[str, str], opts: pulumi.ResourceOptions
+    ) -> aws.ec2.Instance:
         if request.role == "gpu":
             template = self._launch_template(request, opts)
             return aws.ec2.Instance(
@@ -67,6 +78,7 @@ class AwsNodeFactory:
             private_ip=str(request.address) if request.address is not None else None,
             vpc_security_group_ids=[self.security_group.id],
             key_name=self.config.key_name,
+            iam_instance_profile=self.instance_profile.name,
             tags=tags,
             opts=opts,
         )
@@ -92,6 +104,7 @@ class AwsNodeFactory:
                 image_id=self.config.ami,
                 instance_type=self.config.gpu_instance_type,
                 key_name=self.config.key_name,
+                iam_instance_profile={"arn": self.instance_profile.arn},
                 network_interfaces=interfaces,
                 tags=_tags(self.cluster, f"{request.pool}-leaf{request.leaf}", {"ha-ops/pool": request.pool or ""}),
                 opts=pulumi.ResourceOptions(parent=opts.parent),
