@@ -56,10 +56,9 @@ class _Mocks(pulumi.runtime.Mocks):
         state = dict(args.inputs)
         if args.typ == "aws:s3/bucket:Bucket":
             state["bucket"] = f"{args.name}-bucket"
+            state["arn"] = f"arn:aws:s3:::{state['bucket']}"
         if args.typ == "aws:ec2/placementGroup:PlacementGroup":
             state["name"] = f"{args.name}-pg"
-        if args.typ == "aws:s3/bucket:Bucket":
-            state["arn"] = f"arn:aws:s3:::{state['bucket']}"
         if args.typ == "aws:efs/fileSystem:FileSystem":
             state["arn"] = f"arn:aws:elasticfilesystem:{REGION}:{ACCOUNT}:file-system/{args.name}-id"
         iam_kind = {"aws:iam/role:Role": "role", "aws:iam/instanceProfile:InstanceProfile": "instance-profile"}

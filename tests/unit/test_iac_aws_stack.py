@@ -157,9 +157,18 @@ def test_every_resource_hangs_off_the_cluster_component(prod: Harness) -> None:
     assert (out["slurm_primary"], out["slurm_backup"]) == ("ctl1", "ctl2")
     assert out["lustre"] == {"replica1": "prod-lustre-replica1-id", "replica2": "prod-lustre-replica2-id"}
     # The network and the identity hang off the cluster too.
-    for typ in ("aws:ec2/internetGateway:InternetGateway", "aws:ec2/natGateway:NatGateway", "aws:ec2/eip:Eip",
-                "aws:ec2/routeTable:RouteTable", "aws:ec2/route:Route", "aws:ec2/vpcEndpoint:VpcEndpoint",
-                "aws:iam/role:Role", "aws:iam/rolePolicy:RolePolicy", "aws:iam/instanceProfile:InstanceProfile"):  # fmt: skip
+    network_and_identity = [
+        "aws:ec2/internetGateway:InternetGateway",
+        "aws:ec2/natGateway:NatGateway",
+        "aws:ec2/eip:Eip",
+        "aws:ec2/routeTable:RouteTable",
+        "aws:ec2/route:Route",
+        "aws:ec2/vpcEndpoint:VpcEndpoint",
+        "aws:iam/role:Role",
+        "aws:iam/rolePolicy:RolePolicy",
+        "aws:iam/instanceProfile:InstanceProfile",
+    ]
+    for typ in network_and_identity:
         assert prod.of_type(typ) and all(prod.parent(r) == cluster for r in prod.of_type(typ)), typ
     assert prod.mocks.calls == [ZONES_CALL, REGION_CALL]
 
@@ -358,7 +367,7 @@ def test_ssh_is_allowed_only_from_the_admin_cidrs(mocks: Harness) -> None:
 
 def test_admin_cidrs_must_be_networks() -> None:
     assert AwsClusterConfig(ami="a", admin_cidrs=["10.9.0.0/16"]).admin_cidrs == [IPv4Network("10.9.0.0/16")]
-    for bad in ("10.9.0.1/16", "not-a-cidr", "2001:db8::/32"):
+    for bad in ("10.9.0.1/16", "not-a-cidr", "2001:db8::/32", 167772160):  # (an int: ipaddress would take it)
         with pytest.raises(ValidationError):
             AwsClusterConfig(ami="a", admin_cidrs=[bad])
 
@@ -376,7 +385,8 @@ def test_every_node_runs_as_the_clusters_instance_profile(prod: Harness) -> None
     assert len(plain) == 5
     assert all(i.inputs["iamInstanceProfile"] == "prod-node-instance-profile" for i in plain)
     # The profile waits for the role's policies: a node boots with its permissions.
-    attachments = [r.urn for r in prod.resources if r.type.startswith(("aws:iam/rolePolicy", "aws:iam/rolePolicyAtt"))]
+    policy_types = ("aws:iam/rolePolicy:RolePolicy", "aws:iam/rolePolicyAttachment:RolePolicyAttachment")
+    attachments = [r.urn for r in prod.resources if r.type in policy_types]
     assert len(attachments) == 2 and set(attachments) <= set(profile.dependencies)
 
 

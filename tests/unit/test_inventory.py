@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from ipaddress import IPv4Address
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,9 @@ import yaml
 from typer.testing import CliRunner
 
 from ha_ops.cli.main import app
-from ha_ops.spec import load_spec
+from ha_ops.errors import SpecError
+from ha_ops.spec import compute_layout, load_spec
+from ha_ops.spec.addresses import addresses_in, resolve_addresses
 from ha_ops.spec.inventory import gres_type, group_name, render_inventory
 from tests.unit.cli_helpers import run_main
 
@@ -127,3 +130,110 @@ def test_the_lab_refuses_an_existing_clusters_spec_before_building_anything() ->
     with pytest.raises(SpecError) as caught:
         Lab(load_spec(EXAMPLES / "existing-cluster.yaml")).up()
     assert caught.value.source == "failure_domains[0].subnet" and "builds its own fabric" in str(caught.value)
+
+
+# `--addresses`: the hosts where a cloud stack (infra/aws) really put them.
+
+
+def inventory_with(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, spec: str, addresses: Path,
+                   ) -> tuple[dict, str]:  # fmt: skip
+    """The --json inventory of an example with --addresses, once it exited 0, and what it wrote on stderr."""
+    code = run_main(monkeypatch, "inventory", "--spec", str(EXAMPLES / spec), "--addresses", str(addresses), "--json")
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    return json.loads(captured.out), captured.err
+
+
+def test_addresses_override_the_spec_addresses_of_the_hosts_they_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    spec = load_spec(EXAMPLES / "lab-storage.yaml")
+    picked = {node.name: f"172.31.{i}.7" for i, node in enumerate(compute_layout(spec).nodes)}
+    addresses = tmp_path / "addresses.yml"  # the plain form, in YAML
+    addresses.write_text(yaml.safe_dump(picked))
+    inventory, err = inventory_with(monkeypatch, capsys, "lab-storage.yaml", addresses)
+    hosts = inventory["all"]["hosts"]
+    assert {h: (v["ansible_host"], v["slurm_address"]) for h, v in hosts.items()} == {
+        h: (a, a) for h, a in picked.items()
+    }
+    assert "warning" not in err  # every host has its address
+    # The firewall rules are rendered from the same addresses: gpu1 lets the controllers in at their new ones.
+    ruleset = hosts["gpu1"]["host_firewall_ruleset"]
+    assert picked["ctl1"] in ruleset and "10.77.0.10" not in ruleset
+
+
+def test_addresses_from_a_stack_output_are_its_nodes_and_the_hosts_left_out_are_named_in_one_warning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    spec = load_spec(EXAMPLES / "production.yaml")
+    layout = compute_layout(spec)
+    built = [n.name for n in layout.nodes if {"gpu", "controller"} & set(n.roles)]  # what infra/aws builds
+    nodes = {name: f"10.80.{i // 200}.{i % 200 + 20}" for i, name in enumerate(built)}
+    outputs = tmp_path / "addresses.json"  # `pulumi stack output --json > addresses.json`
+    outputs.write_text(json.dumps({"nodes": nodes, "etcd_members": {"etcd1": "10.80.0.30"}, "vpc_id": "vpc-1",
+                                   "nat_public_ips": {"us-east-1a": "198.51.100.1"}}, indent=4))  # fmt: skip
+    inventory, err = inventory_with(monkeypatch, capsys, "production.yaml", outputs)
+    hosts = inventory["all"]["hosts"]
+    assert all(hosts[h]["ansible_host"] == hosts[h]["slurm_address"] == a for h, a in nodes.items())
+    assert "etcd1" not in hosts and "vpc_id" not in hosts  # the other outputs are not hosts
+    left_out = [n for n in layout.nodes if n.name not in nodes]
+    assert sorted(n.name for n in left_out) == ["mfs1", "mfs2", "mfs3", "mfsm1", "mfsm2", "mon1"]
+    assert all(hosts[n.name]["ansible_host"] == str(n.address) for n in left_out)  # they keep the spec's
+    (warning,) = err.strip().splitlines()
+    assert warning.startswith("warning:") and str(outputs) in warning
+    assert warning.endswith(": " + ", ".join(n.name for n in left_out))
+
+
+def test_an_address_for_a_host_the_spec_lacks_is_refused_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    addresses = tmp_path / "addresses.json"
+    addresses.write_text(json.dumps({"nodes": {"gpu1": "10.80.0.20", "gpu99": "10.80.0.21"}}))
+    code = run_main(
+        monkeypatch, "inventory", "--spec", str(EXAMPLES / "production.yaml"), "--addresses", str(addresses)
+    )
+    assert code == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert f"--addresses {addresses}: gpu99: not a host of spec 'prod'" in captured.err
+    assert "Traceback" not in captured.err
+
+
+def test_a_bad_address_is_refused_naming_the_host(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    addresses = tmp_path / "addresses.yml"
+    addresses.write_text("gpu1: 10.80.0.300\ngpu2: 10.80.0.21\nctl1: 2001:db8::1\nctl2: null\n")
+    code = run_main(
+        monkeypatch, "inventory", "--spec", str(EXAMPLES / "production.yaml"), "--addresses", str(addresses)
+    )
+    assert code == 2
+    err = capsys.readouterr().err
+    assert f"--addresses {addresses}: invalid" in err
+    for line in ("gpu1: '10.80.0.300' is not an IPv4 address", "ctl1: '2001:db8::1' is not an IPv4 address",
+                 "ctl2: None is not an IPv4 address"):  # fmt: skip
+        assert line in err
+    assert "gpu2" not in err
+
+
+def test_an_addresses_file_that_is_no_mapping_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    addresses = tmp_path / "addresses.json"
+    addresses.write_text('["10.80.0.20"]')
+    code = run_main(
+        monkeypatch, "inventory", "--spec", str(EXAMPLES / "production.yaml"), "--addresses", str(addresses)
+    )
+    assert code == 2
+    assert "the top level must be a mapping of hosts to addresses, got list" in capsys.readouterr().err
+
+
+def test_resolving_addresses_reports_every_problem_at_once() -> None:
+    spec = load_spec(EXAMPLES / "lab.yaml")
+    with pytest.raises(SpecError) as caught:
+        resolve_addresses(spec, {"nope": "10.0.0.1", "gpu1": 167772161, "gpu2": "10.0.0.2"}, "--addresses a.json")
+    assert caught.value.source == "--addresses a.json"
+    assert caught.value.problems == ["nope: not a host of spec 'lab'", "gpu1: 167772161 is not an IPv4 address"]
+    resolved, unlisted = resolve_addresses(spec, addresses_in({"gpu2": " 10.0.0.2 "}, "x"), "x")
+    assert resolved == {"gpu2": IPv4Address("10.0.0.2")}
+    assert "gpu2" not in unlisted and len(unlisted) == len(compute_layout(spec).nodes) - 1

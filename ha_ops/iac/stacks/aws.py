@@ -12,7 +12,6 @@ project's __main__.py or the automation API, and exports the nodes' addresses fo
 from __future__ import annotations
 
 from collections.abc import Mapping
-from ipaddress import IPv4Network
 from pathlib import Path
 
 import pulumi
@@ -32,7 +31,7 @@ from ha_ops.iac.stacks.aws_network import build_network, plan_public_subnets, ss
 from ha_ops.iac.violations import Violation, enforce
 from ha_ops.spec.layout import compute_layout, leaf_for_domain
 from ha_ops.spec.load import load_spec, validation_problems
-from ha_ops.spec.model import ClusterSpec
+from ha_ops.spec.model import Cidr, ClusterSpec
 
 
 class AwsClusterConfig(BaseModel):
@@ -52,12 +51,13 @@ class AwsClusterConfig(BaseModel):
     key_name: str | None = None
     lustre_capacity_gib: int = Field(1200, ge=1200, multiple_of=1200)
     lustre_throughput_mb_per_tib: int = Field(250, description="PERSISTENT_2: 125, 250, 500 or 1000.")
-    admin_cidrs: list[IPv4Network] = Field(
+    admin_cidrs: list[Cidr] = Field(
         default_factory=list,
         description="Networks allowed to SSH (tcp 22) to the nodes. Default none: no inbound SSH at all; operators and "
         "Ansible then reach the nodes through SSM Session Manager. The nodes have no public address, so these are "
         "networks that reach the VPC (peered, VPN, Direct Connect).",
     )
+
 
 # The roles of NodeRequests that are hosts of the spec (etcd members are not: the stack names them).
 SPEC_HOST_ROLES = ("gpu", "slurm-controller")
@@ -242,6 +242,7 @@ def build_aws_cluster(spec: ClusterSpec, config: AwsClusterConfig, name: str | N
     zone_map = resolve_zones(spec, config)
     enforce(preflight(spec, zone_map), f"aws cluster {spec.name!r}")
     leaf_zones(spec, zone_map)
+    # AwsGpuCluster itself checks, before it registers, that host_cidr has room for the NAT gateways' subnets.
     return AwsGpuCluster(name or spec.name, spec, config, zone_map)
 
 
