@@ -184,14 +184,19 @@ def test_addresses_from_a_stack_output_are_its_nodes_and_the_hosts_left_out_are_
     assert warning.endswith(": " + ", ".join(n.name for n in left_out))
 
 
+def inventory_of_production(monkeypatch: pytest.MonkeyPatch, addresses: Path) -> int:
+    """`ha-ops inventory` of the production example with an --addresses file: its exit code."""
+    return run_main(
+        monkeypatch, "inventory", "--spec", str(EXAMPLES / "production.yaml"), "--addresses", str(addresses)
+    )
+
+
 def test_an_address_for_a_host_the_spec_lacks_is_refused_naming_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
     addresses = tmp_path / "addresses.json"
     addresses.write_text(json.dumps({"nodes": {"gpu1": "10.80.0.20", "gpu99": "10.80.0.21"}}))
-    code = run_main(
-        monkeypatch, "inventory", "--spec", str(EXAMPLES / "production.yaml"), "--addresses", str(addresses)
-    )
+    code = inventory_of_production(monkeypatch, addresses)
     assert code == 2
     captured = capsys.readouterr()
     assert captured.out == ""
@@ -204,9 +209,7 @@ def test_a_bad_address_is_refused_naming_the_host(
 ) -> None:
     addresses = tmp_path / "addresses.yml"
     addresses.write_text("gpu1: 10.80.0.300\ngpu2: 10.80.0.21\nctl1: 2001:db8::1\nctl2: null\n")
-    code = run_main(
-        monkeypatch, "inventory", "--spec", str(EXAMPLES / "production.yaml"), "--addresses", str(addresses)
-    )
+    code = inventory_of_production(monkeypatch, addresses)
     assert code == 2
     err = capsys.readouterr().err
     assert f"--addresses {addresses}: invalid" in err
@@ -221,9 +224,7 @@ def test_an_addresses_file_that_is_no_mapping_is_refused(
 ) -> None:
     addresses = tmp_path / "addresses.json"
     addresses.write_text('["10.80.0.20"]')
-    code = run_main(
-        monkeypatch, "inventory", "--spec", str(EXAMPLES / "production.yaml"), "--addresses", str(addresses)
-    )
+    code = inventory_of_production(monkeypatch, addresses)
     assert code == 2
     assert "the top level must be a mapping of hosts to addresses, got list" in capsys.readouterr().err
 
