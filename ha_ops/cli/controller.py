@@ -22,6 +22,11 @@ from ha_ops.security.tls import TlsFiles
 
 controller_app = typer.Typer(help="The remediation controller.", no_args_is_help=True)
 audit_app = typer.Typer(help="The controller's audit log.", no_args_is_help=True)
+maintenance_app = typer.Typer(
+    help="Maintenance windows: the controller records a node's reports but remediates nothing on it.",
+    no_args_is_help=True,
+)
+controller_app.add_typer(maintenance_app, name="maintenance")
 
 # How long the controller leaves a drained node's GpuHealthy condition to the node's agent before writing it itself
 # (schedulers/k8s_conditions.py): longer than the agent's wait after an accepted report (unhealthy_jitter_s, 2 s by
@@ -182,10 +187,7 @@ def repaired(
     ca: Path | None = CaOpt,
 ) -> None:
     """Tell the leader a node held for replacement was repaired: it validates it and returns it to service."""
-    from ha_ops.util.names import node_name_problem
-
-    if (problem := node_name_problem(node)) is not None:
-        raise SpecError("NODE", [problem])  # (the URL path would carry it; the controller refuses it too)
+    _node_names([node])  # (the URL path would carry it; the controller refuses it too)
     output.emit_json(call(f"{url.rstrip('/')}/v1/nodes/{node}/repaired", "POST", _tls(cert, key, ca)))
 
 
@@ -195,6 +197,44 @@ def breaker_reset(
 ) -> None:
     """Close the circuit breaker after the cause of a mass failure was understood."""
     output.emit_json(call(f"{url.rstrip('/')}/v1/breaker/reset", "POST", _tls(cert, key, ca)))
+
+
+def _node_names(nodes: list[str]) -> list[str]:
+    from ha_ops.util.names import node_name_problem
+
+    problems = [p for n in nodes if (p := node_name_problem(n)) is not None]
+    if problems:
+        raise SpecError("NODE", problems)
+    return nodes
+
+
+@maintenance_app.command("start")
+def maintenance_start(
+    nodes: list[str] = typer.Argument(..., metavar="NODE...", help="The nodes."),
+    reason: str = typer.Option(..., "--reason", help="Why (audited, and shown in the controller's state)."),
+    ttl_s: float = typer.Option(3600.0, "--ttl-s", min=1, max=7 * 86400, help="It ends by itself after this."),
+    url: str = UrlOpt,
+    cert: Path | None = CertOpt,
+    key: Path | None = KeyOpt,
+    ca: Path | None = CaOpt,
+) -> None:
+    """Open (or extend) a maintenance window on the nodes, as an operator (audited with the certificate's name)."""
+    body = {"nodes": _node_names(nodes), "reason": reason, "ttl_s": ttl_s}
+    output.emit_json(call(f"{url.rstrip('/')}/v1/maintenance", "POST", _tls(cert, key, ca), body))
+
+
+@maintenance_app.command("end")
+def maintenance_end(
+    nodes: list[str] = typer.Argument(..., metavar="NODE...", help="The nodes."),
+    url: str = UrlOpt,
+    cert: Path | None = CertOpt,
+    key: Path | None = KeyOpt,
+    ca: Path | None = CaOpt,
+) -> None:
+    """Close the nodes' maintenance windows: the controller remediates them again. For a node a driver rollout
+    left out of service for a person (its window lasts a week): once that person has put it right."""
+    output.emit_json(call(f"{url.rstrip('/')}/v1/maintenance/end", "POST", _tls(cert, key, ca),
+                          {"nodes": _node_names(nodes)}))  # fmt: skip
 
 
 def _log_text(path: Path) -> str:

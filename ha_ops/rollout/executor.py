@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable
 
 from ha_ops.errors import WaitTimeout
-from ha_ops.rollout.coordination import MAINTENANCE_TTL_S
+from ha_ops.rollout.coordination import HELD_TTL_S, MAINTENANCE_TTL_S
 from ha_ops.rollout.progress import describe, progress
 from ha_ops.rollout.protocols import Coordinator, DriverApplier, Scheduler, Validation, Validator
 from ha_ops.rollout.state import (
@@ -557,12 +557,15 @@ class RolloutExecutor:
         raise RolloutError(f"rollout {st.id} refused to {verb}: {why}")
 
     def _tell_controller(self, node: NodeState, step: NodeStep) -> None:
-        """Renew the node's maintenance window at each step, close it when the node rests. A failure is logged: the
-        window ends by itself (MAINTENANCE_TTL_S), and the next step tries again."""
+        """Renew the node's maintenance window at each step, close it when the node rests; a node left for a person
+        keeps it (HELD_TTL_S), so the controllers do not repair it meanwhile. A failure is logged: the window ends by
+        itself (MAINTENANCE_TTL_S), and the next step tries again."""
         if self.coordinator is None or step == NodeStep.PENDING:
             return
         try:
-            if step in TERMINAL_STEPS:
+            if step == NodeStep.FAILED:
+                self.coordinator.begin([node.name], f"{self._window_reason()}: failed, left for a person", HELD_TTL_S)
+            elif step in TERMINAL_STEPS:
                 self.coordinator.end([node.name])
             elif node.name not in self._announced_now:
                 self.coordinator.begin([node.name], self._window_reason(), MAINTENANCE_TTL_S)

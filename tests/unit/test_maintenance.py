@@ -4,6 +4,7 @@ audits each window, closes it on request or when it expires, and answers over it
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -100,3 +101,32 @@ def test_a_spare_in_a_window_does_not_stand_in(tmp_path: Path) -> None:
     assert rig.c.handle_report(report("n1"))["intents"][:1] == ["drain n1"]
     rig.step(ticks=8)
     assert ("spare_in", "s1") not in rig.executor.calls  # it is being upgraded, drained: not a replacement
+
+
+def test_an_operator_opens_and_ends_a_window_with_the_cli(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    # What a person runs for a node a driver rollout left for them (its window lasts a week), once it is right.
+    from tests.unit.cli_helpers import run_main
+    from tests.unit.test_remediation_server import Clock
+
+    def answer(*args: str) -> Any:  # (the controller's answer, printed as JSON)
+        assert run_main(monkeypatch, "controller", "maintenance", *args, "--url", api.base) == 0
+        return json.loads(capsys.readouterr().out)
+
+    controller = make_controller(tmp_path / "shared", "ctl1", Clock())
+    controller.lease_step()
+    with serving(controller) as api:
+        opened = answer("start", "n1", "n2", "--reason", "reseating GPU 3", "--ttl-s", "600")
+        assert opened["notes"] == ["maintenance window on n1, n2 for 600 s: reseating GPU 3"]
+        assert controller.state is not None and controller.state.nodes["n1"].maintenance is not None
+        ended = answer("end", "n1")
+        assert ended["notes"] == ["maintenance window ended on n1"]
+        assert controller.state.nodes["n1"].maintenance is None and controller.state.nodes["n2"].maintenance
+        assert run_main(monkeypatch, "controller", "maintenance", "end", "n1;reboot", "--url", api.base) == 2
+        assert "n1;reboot" in capsys.readouterr().err
+        # A refusal by the controller (an unknown node) is an error naming it, not a traceback.
+        assert run_main(monkeypatch, "controller", "maintenance", "start", "n9", "--reason", "x", "--url",
+                        api.base) != 0  # fmt: skip
+        err = capsys.readouterr().err
+        assert "unknown node 'n9'" in err and "Traceback" not in err

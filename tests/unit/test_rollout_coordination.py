@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ha_ops.rollout.coordination import blocked_by
+from ha_ops.rollout.coordination import HELD_TTL_S, blocked_by
 from ha_ops.rollout.executor import RolloutExecutor
 from ha_ops.rollout.state import NodeStep, Phase, RolloutError, RolloutState, RolloutStore
 from tests.unit.test_rollout_executor import Fleet, fleet_nodes, start
@@ -22,6 +22,7 @@ class FakeControllers:
         self.down = False
         self.open: set[str] = set()
         self.events: list[tuple[str, str]] = []
+        self.ttls: dict[str, float] = {}  # each node's last window's length
 
     def blocked(self) -> str | None:
         if self.down:
@@ -36,6 +37,7 @@ class FakeControllers:
             assert self.fleet.effects_of(n) in ([], ["drain", "apply", "resume"]) or n in self.open, n
             self.events.append(("begin", n))
             self.open.add(n)
+            self.ttls[n] = ttl_s
 
     def end(self, nodes: list[str]) -> None:
         for n in nodes:
@@ -72,6 +74,20 @@ def test_a_canary_failing_validation_is_rolled_back_inside_its_window(tmp_path: 
     assert fleet.effects_of("n1") == ["drain", "apply", "rollback", "resume"]
     assert [k for k, n in controllers.events if n == "n1"][-1] == "end" and not controllers.open
     assert not [n for _, n in controllers.events if n != "n1"]  # no other node was announced
+
+
+def test_a_node_left_for_a_person_keeps_its_window_so_the_controllers_do_not_repair_it(tmp_path: Path) -> None:
+    # Out of its window the controller would take the node's reports as a fault to repair, and could return a node
+    # whose driver is broken to service; the window stays (a week) until the person ends it.
+    nodes = fleet_nodes(4)
+    fleet = Fleet([n.name for n in nodes])
+    fleet.nodes["n1"].fails_validation = True
+    fleet.nodes["n1"].rollback_breaks = True
+    controllers = FakeControllers(fleet)
+    state = run(start(tmp_path, nodes, canary=["n1"]), fleet, controllers)
+    assert state.phase == Phase.HALTED and state.nodes["n1"].step == NodeStep.FAILED
+    assert controllers.open == {"n1"} and ("end", "n1") not in controllers.events
+    assert controllers.ttls["n1"] == HELD_TTL_S == 7 * 86400  # the longest window a controller grants
 
 
 def test_an_open_breaker_refuses_the_start_naming_why_and_resume_goes_on_once_closed(tmp_path: Path) -> None:
