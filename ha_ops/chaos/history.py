@@ -120,10 +120,11 @@ def history_html(runs: list[Run]) -> str:
     return page("Game-day history", body)
 
 
-def write_history(root: Path) -> Path:
-    """The history page of every run under `root`, replaced whole (a reader never sees half of it)."""
+def write_history(root: Path, runs: list[Run] | None = None) -> Path:
+    """The history page of every run under `root` (`runs`, when the caller has read them), replaced whole (a reader
+    never sees half of it)."""
     path = root / INDEX
     staging = root / f".{INDEX}.partial"
-    staging.write_text(history_html(load_runs(root)))
+    staging.write_text(history_html(load_runs(root) if runs is None else runs))
     staging.replace(path)
     return path

@@ -145,7 +145,7 @@ def history(
     if not report_dir.is_dir():
         raise SpecError(str(report_dir), ["no such folder of game-day reports"])
     runs = runs_history.load_runs(report_dir)
-    page = runs_history.write_history(report_dir)
+    page = runs_history.write_history(report_dir, runs)
     listed = [{"folder": str(report_dir / r.folder), "started": r.started, "gameday": r.report.get("gameday"),
                "passed": bool(r.report.get("passed")),
                "faults_passed": sum(f.get("verdict") == "passed" for f in r.faults), "faults": len(r.faults)}
