@@ -37,7 +37,7 @@ def inventory(
         source = f"--addresses {addresses_file}"
         addresses, unlisted = resolve_addresses(spec, read_addresses(addresses_file, source), source)
         if unlisted:  # e.g. hosts a cloud stack does not build: Ansible would look for them at the spec's address
-            output.info(f"warning: {addresses_file} has no address for {len(unlisted)} host(s), which keep their "
+            output.warning(f"{addresses_file} has no address for {len(unlisted)} host(s), which keep their "
                         f"spec address: {', '.join(unlisted)}")  # fmt: skip
     rendered = render_inventory(spec, addresses)
     if json_out and out is None:

@@ -41,6 +41,13 @@ def info(message: str) -> None:
         _console(True).print(message, highlight=False)
 
 
+def warning(message: str) -> None:
+    """Something the user should act on, though the command went on: shown even when HA_OPS_QUIET hides progress."""
+    from rich.markup import escape
+
+    _console(True).print(f"[bold yellow]warning:[/] {escape(message)}", highlight=False)
+
+
 def error(message: str) -> None:
     from rich.markup import escape  # (the message is text, not markup: `ha-ops[plan]` and `[a@b]` stay as written)
 

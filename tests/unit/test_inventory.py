@@ -172,6 +172,7 @@ def test_addresses_from_a_stack_output_are_its_nodes_and_the_hosts_left_out_are_
     outputs = tmp_path / "addresses.json"  # `pulumi stack output --json > addresses.json`
     outputs.write_text(json.dumps({"nodes": nodes, "etcd_members": {"etcd1": "10.80.0.30"}, "vpc_id": "vpc-1",
                                    "nat_public_ips": {"us-east-1a": "198.51.100.1"}}, indent=4))  # fmt: skip
+    monkeypatch.setenv("HA_OPS_QUIET", "1")  # (quiet hides progress, never a warning)
     inventory, err = inventory_with(monkeypatch, capsys, "production.yaml", outputs)
     hosts = inventory["all"]["hosts"]
     assert all(hosts[h]["ansible_host"] == hosts[h]["slurm_address"] == a for h, a in nodes.items())
