@@ -113,7 +113,7 @@ def run_fault(plan: GameDayPlan, fault: PlannedFault, cluster: Cluster, configur
     result.timeline.append((time.time(), "steady"))
     baselines = (baselines_of(fault.detect, configuration), baselines_of(fault.recover, configuration))
     jobs: list[str] = []
-    job_dir = f"{_shared_dir(cluster)}/gameday/{int(result.started_at)}-{_slug(fault.name)}"
+    job_dir = f"{_shared_dir(cluster)}/gameday/{int(result.started_at)}-{slug(fault.name)}"
     if plan.workload and plan.workload.jobs:
         jobs = workload.submit(cluster, job_dir, plan.workload)
         running = workload.wait_running(cluster, jobs)
@@ -162,7 +162,8 @@ def _shared_dir(cluster: Cluster) -> str:
     return str(shared)
 
 
-def _slug(name: str) -> str:
+def slug(name: str) -> str:
+    """A name as a file or folder name: lower case, letters and digits, dashes for the rest, at most 40."""
     return "".join(c if c.isalnum() else "-" for c in name.lower()).strip("-")[:40]
 
 

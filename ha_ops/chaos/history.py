@@ -32,8 +32,16 @@ class Run:
         return list(self.report.get("faults") or [])
 
     @property
+    def faults_passed(self) -> int:
+        return passed_count(self.faults)
+
+    @property
     def pass_rate(self) -> float:
-        return sum(f.get("verdict") == "passed" for f in self.faults) / len(self.faults) if self.faults else 0.0
+        return self.faults_passed / len(self.faults) if self.faults else 0.0
+
+
+def passed_count(faults: list[dict[str, Any]]) -> int:
+    return sum(f.get("verdict") == "passed" for f in faults)
 
 
 def load_runs(root: Path) -> list[Run]:
@@ -87,18 +95,18 @@ def history_html(runs: list[Run]) -> str:
     rate = svg.Series("faults passed", "#2e7d32", [(float(n), r.pass_rate) for n, r in enumerate(runs, start=1)],
                       [float(n) for n, r in enumerate(runs, start=1) if not r.report.get("passed")])  # fmt: skip
     faults = [f for r in runs for f in r.faults]
-    overall = sum(f.get("verdict") == "passed" for f in faults) / len(faults) if faults else 0.0
+    overall = passed_count(faults) / len(faults) if faults else 0.0
     per_fault = []
     for name in fault_names(runs):
         tries = [f for f in faults if f["name"] == name]
-        passed = sum(f.get("verdict") == "passed" for f in tries)
+        passed = passed_count(tries)
         per_fault.append(f"<tr><td>{html.escape(name)}</td><td>{passed}/{len(tries)}</td></tr>")
     rows = []
     for n, r in reversed(list(enumerate(runs, start=1))):
         meta = r.report["run"]
         where = meta.get("target") or meta.get("inventory") or meta.get("cluster") or ""
         verdict = "passed" if r.report.get("passed") else "failed"
-        passed = sum(f.get("verdict") == "passed" for f in r.faults)
+        passed = r.faults_passed
         rows.append(
             f"<tr><td>{n}</td><td>{html.escape(meta['started'])}</td><td>{html.escape(str(r.report.get('gameday')))}"
             f"</td><td>{html.escape(str(where))}</td><td>{html.escape(str(meta.get('ha_ops_version', '')))}</td>"
@@ -108,7 +116,7 @@ def history_html(runs: list[Run]) -> str:
     body = (
         f"<h1>Game-day history: {len(runs)} run{'s' if len(runs) != 1 else ''}</h1>"
         f"<p>From {html.escape(runs[0].started)} to {html.escape(runs[-1].started)}; faults passed overall: "
-        f"<b>{overall:.0%}</b> ({sum(f.get('verdict') == 'passed' for f in faults)} of {len(faults)}). Runs are "
+        f"<b>{overall:.0%}</b> ({passed_count(faults)} of {len(faults)}). Runs are "
         f"numbered from the oldest; a <span style='color:{FAILED}'>✗</span> marks a failed run or fault.</p>"
         f"<h2>Pass rate per run</h2>{svg.line_chart([rate], x_range, 'run', y_percent=True)}"
         f"<h2>Time to detect (s) per fault</h2>{svg.line_chart(trend(runs, 'time_to_detect_s'), x_range, 'run')}"

@@ -21,7 +21,7 @@ from xml.etree import ElementTree as ET
 
 import ha_ops
 from ha_ops.chaos import svg
-from ha_ops.chaos.gameday import FaultResult, seconds
+from ha_ops.chaos.gameday import FaultResult, seconds, slug
 from ha_ops.chaos.plan import GameDayPlan
 
 LATEST = "latest"
@@ -83,8 +83,12 @@ def _fault_plan(plan: GameDayPlan, name: str) -> dict[str, Any]:
 
 
 def journal_name(index: int, fault: str) -> str:
-    slug = "".join(c if c.isalnum() else "-" for c in fault.lower()).strip("-")[:40]
-    return f"{JOURNALS}/{index + 1:02d}-{slug}.json"
+    return f"{JOURNALS}/{index + 1:02d}-{slug(fault)}.json"
+
+
+def all_passed(plan: GameDayPlan, results: list[FaultResult]) -> bool:
+    """Every fault of the plan ran and passed."""
+    return all(r.verdict == "passed" for r in results) and len(results) == len(plan.faults)
 
 
 def report_json(plan: GameDayPlan, results: list[FaultResult], run: RunInfo | None = None) -> dict[str, Any]:
@@ -96,7 +100,7 @@ def report_json(plan: GameDayPlan, results: list[FaultResult], run: RunInfo | No
                        "journal": journal_name(i, r.name) if r.journal is not None else None})  # fmt: skip
     return {
         "gameday": plan.name,
-        "passed": all(r.verdict == "passed" for r in results) and len(results) == len(plan.faults),
+        "passed": all_passed(plan, results),
         **({"run": asdict(run)} if run else {}),
         "faults": faults,
     }
@@ -232,7 +236,7 @@ def report_html(plan: GameDayPlan, results: list[FaultResult], run: RunInfo | No
             f"{' (red: it never recovered)' if r.injected_at is not None and r.recovered_at is None else ''}.</p>"
             f"{link}</section>"
         )
-    passed = report_json(plan, results)["passed"]
+    passed = all_passed(plan, results)
     meta = _definition_list([
         ("date", f"{run.started} to {run.ended}" if run else None),
         ("ha-ops", run.ha_ops_version if run else ha_ops.__version__),
@@ -278,8 +282,7 @@ def write_reports(
 
 
 def run_folder_name(plan: GameDayPlan, run: RunInfo) -> str:
-    slug = "".join(c if c.isalnum() else "-" for c in plan.name.lower()).strip("-")[:40]
-    return f"{run.started.replace('-', '').replace(':', '')}-{slug}"
+    return f"{run.started.replace('-', '').replace(':', '')}-{slug(plan.name)}"
 
 
 def write_run(plan: GameDayPlan, results: list[FaultResult], root: Path, run: RunInfo) -> Path:

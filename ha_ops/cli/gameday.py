@@ -48,7 +48,8 @@ def run(
     from ha_ops.chaos import plan as plans
     from ha_ops.chaos.target import open_for
 
-    loaded = plans.select(plans.load_plan(resolve(plan, "gameday")), only)
+    plan_file = resolve(plan, "gameday")
+    loaded = plans.select(plans.load_plan(plan_file), only)
     configuration = named(target, inventory, spec, lab, default_lab=loaded.lab)
     if dry_run:
         for fault in loaded.faults:
@@ -62,7 +63,7 @@ def run(
     results = gameday.run_gameday(
         loaded, cluster, configuration, progress=output.info, confirm_production=confirm_production
     )
-    info = report.RunInfo.of(loaded, resolve(plan, "gameday"), configuration, cluster, started, time.time())
+    info = report.RunInfo.of(loaded, plan_file, configuration, cluster, started, time.time())
     folder = report.write_run(loaded, results, report_dir, info)
     summary = report.report_json(loaded, results, info)
     if json_out:
@@ -148,7 +149,7 @@ def history(
     page = runs_history.write_history(report_dir, runs)
     listed = [{"folder": str(report_dir / r.folder), "started": r.started, "gameday": r.report.get("gameday"),
                "passed": bool(r.report.get("passed")),
-               "faults_passed": sum(f.get("verdict") == "passed" for f in r.faults), "faults": len(r.faults)}
+               "faults_passed": r.faults_passed, "faults": len(r.faults)}
               for r in runs]  # fmt: skip
     if json_out:
         output.emit_json({"history": str(page), "runs": listed})

@@ -205,29 +205,29 @@ def test_an_address_for_a_host_the_spec_lacks_is_refused_naming_it(
     assert "Traceback" not in captured.err
 
 
-def test_a_bad_address_is_refused_naming_the_host(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
-) -> None:
-    addresses = tmp_path / "addresses.yml"
-    addresses.write_text("gpu1: 10.80.0.300\ngpu2: 10.80.0.21\nctl1: 2001:db8::1\nctl2: null\n")
-    code = inventory_of_production(monkeypatch, addresses)
-    assert code == 2
+@pytest.mark.parametrize(
+    ("name", "text", "named", "not_named"),
+    [
+        # Bad addresses: each named with its host, the good one not.
+        ("addresses.yml", "gpu1: 10.80.0.300\ngpu2: 10.80.0.21\nctl1: 2001:db8::1\nctl2: null\n",
+         ["--addresses {path}: invalid", "gpu1: '10.80.0.300' is not an IPv4 address",
+          "ctl1: '2001:db8::1' is not an IPv4 address", "ctl2: None is not an IPv4 address"], ["gpu2"]),
+        # A file that is no mapping at all.
+        ("addresses.json", '["10.80.0.20"]', ["the top level must be a mapping of hosts to addresses, got list"], []),
+    ],
+)  # fmt: skip
+def test_a_bad_addresses_file_is_refused_naming_what_is_wrong(
+    name: str, text: str, named: list[str], not_named: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
+) -> None:  # fmt: skip
+    addresses = tmp_path / name
+    addresses.write_text(text)
+    assert inventory_of_production(monkeypatch, addresses) == 2
     err = capsys.readouterr().err
-    assert f"--addresses {addresses}: invalid" in err
-    for line in ("gpu1: '10.80.0.300' is not an IPv4 address", "ctl1: '2001:db8::1' is not an IPv4 address",
-                 "ctl2: None is not an IPv4 address"):  # fmt: skip
-        assert line in err
-    assert "gpu2" not in err
-
-
-def test_an_addresses_file_that_is_no_mapping_is_refused(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
-) -> None:
-    addresses = tmp_path / "addresses.json"
-    addresses.write_text('["10.80.0.20"]')
-    code = inventory_of_production(monkeypatch, addresses)
-    assert code == 2
-    assert "the top level must be a mapping of hosts to addresses, got list" in capsys.readouterr().err
+    for line in named:
+        assert line.format(path=addresses) in err
+    for word in not_named:
+        assert word not in err
 
 
 def test_resolving_addresses_reports_every_problem_at_once() -> None:

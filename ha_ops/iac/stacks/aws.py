@@ -241,8 +241,8 @@ def build_aws_cluster(spec: ClusterSpec, config: AwsClusterConfig, name: str | N
     enforce(check_spec(spec), f"aws cluster {spec.name!r}")  # before the zone lookup, the first call out
     zone_map = resolve_zones(spec, config)
     enforce(preflight(spec, zone_map), f"aws cluster {spec.name!r}")
-    leaf_zones(spec, zone_map)
-    # AwsGpuCluster itself checks, before it registers, that host_cidr has room for the NAT gateways' subnets.
+    # AwsGpuCluster itself checks, before it registers anything, that each leaf's domains share a zone and that
+    # host_cidr has room for the NAT gateways' subnets.
     return AwsGpuCluster(name or spec.name, spec, config, zone_map)
 
 
