@@ -18,7 +18,7 @@ from ha_ops.health.agent import Agent, http_poster
 from ha_ops.health.config import AgentConfig, load_agent_config
 from ha_ops.health.model import HealthState, Verdict
 from ha_ops.schedulers.slurm import Slurm
-from ha_ops.security.tls import ReloadingContext
+from ha_ops.security.tls import CertificateContext, ReloadingContext
 from ha_ops.transport.local import LocalTransport
 
 agent_app = typer.Typer(help="The GPU health agent that runs on every GPU node.", no_args_is_help=True)
@@ -65,6 +65,26 @@ def _condition_writer(cfg: AgentConfig) -> Callable[[Verdict], None] | None:
     return write
 
 
+def _keep_certificate_fresh(cfg: AgentConfig) -> CertificateContext:
+    """Renew (or first enroll) this agent's certificate through the controllers, in a thread of its own for as long
+    as the agent runs. The agent does not wait for it: it watches its GPUs and keeps its node's condition meanwhile,
+    and its reports wait for the certificate (the context raises until there is one)."""
+    import threading
+
+    from ha_ops.remediation.certificate_client import Renewer
+
+    assert cfg.controller.tls is not None
+    renewer = Renewer(cfg.controller.tls, cfg.controller.urls, cfg.controller.enroll)
+    forever = threading.Event()
+
+    def keep() -> None:
+        renewer.ensure(forever)
+        renewer.run(forever)
+
+    threading.Thread(target=keep, name="certificate", daemon=True).start()
+    return CertificateContext(cfg.controller.tls)
+
+
 @agent_app.command("run")
 def run(
     config: Path | None = ConfigOpt,
@@ -77,7 +97,11 @@ def run(
     logging.getLogger("ha_ops").setLevel(logging.INFO)
     gpu = open_backend(cfg.backend, cfg.fake_dir)
     slurm = Slurm(LocalTransport(cfg.node), timeout=cfg.slurm.command_timeout_s) if cfg.slurm.enabled else None
-    context = ReloadingContext(cfg.controller.tls, server=False) if cfg.controller.tls else None
+    context: ReloadingContext | CertificateContext | None = None
+    if cfg.controller.renew and cfg.controller.tls is not None:
+        context = _keep_certificate_fresh(cfg)
+    elif cfg.controller.tls is not None:
+        context = ReloadingContext(cfg.controller.tls, server=False)
     poster = http_poster(cfg.controller.urls, cfg.controller.timeout_s, context) if cfg.controller.urls else None
     agent = Agent(cfg, gpu, slurm=slurm, poster=poster, condition=_condition_writer(cfg))
     output.info(

@@ -84,6 +84,13 @@ def run(
         envvar="HA_OPS_CONTROLLER_ID",
         help="This instance's name, over the config's `id` (on Kubernetes: the pod's name, so replicas differ).",
     ),
+    address: str | None = typer.Option(
+        None,
+        "--address",
+        envvar="HA_OPS_CONTROLLER_ADDRESS",
+        help="This instance's own address, added to the names its own certificate serves at "
+        "(certificates.serve_names; on Kubernetes: the pod's IP).",
+    ),
 ) -> None:
     """Run one controller instance (start one on each controller host; they elect a leader)."""
     from ha_ops.remediation.controller import Controller
@@ -93,6 +100,9 @@ def run(
     cfg = load_controller_config(config)
     if instance:
         cfg = cfg.model_copy(update={"id": instance})
+    if address and cfg.certificates is not None and cfg.certificates.serve_names:
+        names = [*cfg.certificates.serve_names, address]
+        cfg = cfg.model_copy(update={"certificates": cfg.certificates.model_copy(update={"serve_names": names})})
     logging.getLogger("ha_ops").setLevel(logging.INFO)
     controller = Controller(cfg, Executor(make_scheduler(cfg), SshNodeOps(cfg.access), cfg.partition))
     mode = "shadow mode (dry run): decides and audits, changes nothing" if cfg.safety.dry_run else "acting"

@@ -70,3 +70,78 @@ def issue(
         output.result(f"{row['action']:6} {row['name']:28} {row['host'] or '(operator)':12} expires {row['expires']}")
     changed = sum(r["action"] != "keep" for r in rows)
     output.info(f"{changed} of {len(rows)} certificates {verb} issued in {directory}")
+
+
+@app.command()
+def issuer(
+    directory: Path = typer.Option(
+        ...,
+        "--dir",
+        "-d",
+        help="The CA's folder (ca.crt, ca.key): issuer.crt and issuer.key are written there.",
+        file_okay=False,
+    ),
+    lifetime_days: float = typer.Option(90.0, "--lifetime-days", min=1, max=3650, help="How long the issuer is valid."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Say what would be written; write nothing."),
+    json_out: bool = typer.Option(False, "--json", help="Machine-readable output."),
+) -> None:
+    """Make the controllers' issuing CA: an intermediate of the cluster CA in DIR that may sign leaf certificates
+    only. The controllers hold it (`certificates.issuer`; on Kubernetes the Secret ha-ops-issuer) and renew every
+    part's certificate themselves, and enroll agent pods (docs/security.md). Each run makes a new key."""
+    from ha_ops.security import pki
+
+    ca = pki.CertificateAuthority(directory)
+    if not (ca.paths.cert.exists() and ca.paths.key.exists()):
+        raise typer.BadParameter(f"{directory}: no cluster CA there (ca.crt and ca.key; `ha-ops pki issue` makes it)",
+                                 param_hint="--dir")  # fmt: skip
+    target = directory / "issuer.crt"
+    if not dry_run:
+        ca.issue_issuer(validity=dt.timedelta(days=lifetime_days))
+    expires = pki.validity(target)[1].isoformat() if target.exists() else None
+    if json_out:
+        output.emit_json({"dir": str(directory), "dry_run": dry_run, "issuer": str(target), "expires": expires})
+        return
+    output.result(f"{'would write' if dry_run else 'wrote'} {target} and {directory / 'issuer.key'}"
+                  + (f" (expires {expires})" if expires and not dry_run else ""))  # fmt: skip
+
+
+@app.command()
+def renew(
+    url: list[str] = typer.Option(..., "--url", help="A controller's base URL (https://host:8800); repeat for each."),
+    cert: Path = typer.Option(..., "--cert", help="The certificate to renew (replaced in place)."),
+    key: Path = typer.Option(..., "--key", help="Its key (replaced by a new one)."),
+    ca: Path = typer.Option(..., "--ca", help="The cluster CA's certificate."),
+    only_if_due: bool = typer.Option(
+        False, "--if-due", help="Only past two thirds of its lifetime (for a timer that runs often)."
+    ),
+    json_out: bool = typer.Option(False, "--json", help="Machine-readable output."),
+) -> None:
+    """Renew a certificate through the controllers: a new key, and the same identity (CN, roles, names) for a new
+    lifetime, signed by their issuer. For parts that are not agents (Prometheus, Alertmanager, the audit sink, an
+    operator): a timer running this replaces `playbooks/pki.yml` runs. Exit 1 if no controller renewed it."""
+    from ha_ops.errors import TransportError
+    from ha_ops.remediation.certificate_client import renew as renew_through
+    from ha_ops.security.pki import renewal_due, validity
+    from ha_ops.security.tls import TlsFiles
+
+    for path, option in ((cert, "--cert"), (key, "--key"), (ca, "--ca")):
+        if not path.is_file():
+            raise typer.BadParameter(f"{path}: no such file", param_hint=option)
+    due = renewal_due(cert, dt.datetime.now(dt.UTC))
+    if only_if_due and not due:
+        expires = validity(cert)[1]
+        _renewed(json_out, cert, False, expires)
+        return
+    try:
+        expires = renew_through(TlsFiles(ca_file=ca, cert_file=cert, key_file=key), url)
+    except TransportError as exc:
+        output.error(str(exc))
+        raise typer.Exit(1) from None
+    _renewed(json_out, cert, True, expires)
+
+
+def _renewed(json_out: bool, cert: Path, renewed: bool, expires: dt.datetime) -> None:
+    if json_out:
+        output.emit_json({"cert": str(cert), "renewed": renewed, "expires": expires.isoformat()})
+    else:
+        output.result(f"{cert}: {'renewed' if renewed else 'not due'}, expires {expires.isoformat()}")

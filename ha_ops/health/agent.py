@@ -34,7 +34,7 @@ from ha_ops.health.model import HealthState, Verdict
 from ha_ops.health.report import AgentReport, build_report
 from ha_ops.schedulers.base import AGENT_REASON_PREFIX
 from ha_ops.schedulers.slurm import Slurm
-from ha_ops.security.tls import ReloadingContext
+from ha_ops.security.tls import CertificateContext, ReloadingContext
 from ha_ops.util.atomic import write_atomic
 
 log = logging.getLogger(__name__)
@@ -44,7 +44,9 @@ Poster = Callable[[AgentReport], None]
 ConditionWriter = Callable[[Verdict], None]
 
 
-def http_poster(urls: list[str], timeout: float, context: ReloadingContext | None = None) -> Poster:
+def http_poster(
+    urls: list[str], timeout: float, context: ReloadingContext | CertificateContext | None = None
+) -> Poster:
     """POST reports to the controller that leads: a standby answers 503, so the next URL is tried; the one that
     accepted is tried first next time. With `context`, over mutual TLS with this agent's (rotated) certificate."""
     order = list(urls)

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from ha_ops.health.thresholds import Thresholds
-from ha_ops.security.tls import TlsFiles
+from ha_ops.security.tls import Enrollment, TlsFiles
 from ha_ops.util.models import ConfigModel
 from ha_ops.util.names import NodeName
 
@@ -37,6 +37,16 @@ class ControllerReporting(ConfigModel):
         description="Report over mutual TLS with this agent's certificate (CN: its node's name, O: ha-ops:agents); "
         "the controllers' URLs are then https://.",
     )
+    renew: bool = Field(
+        False,
+        description="Renew the certificate in `tls` through the controllers past two thirds of its life (they "
+        "hold an issuing CA: `certificates` in their config), rather than wait for someone to replace the files.",
+    )
+    enroll: Enrollment | None = Field(
+        None,
+        description="With renew, on Kubernetes: get the first certificate (or one after an expiry) from the "
+        "controllers' enrollment port with the pod's service account token.",
+    )
     heartbeat_s: float = Field(10.0, gt=0, description="Resend the current report at least this often.")
     fallback_after_s: float | None = Field(
         30.0,
@@ -44,6 +54,14 @@ class ControllerReporting(ConfigModel):
         description="When no controller has accepted a report for this long, an unhealthy node is drained in Slurm "
         "by the agent itself (the controller adopts the drain once it hears from it); null: never.",
     )
+
+    @model_validator(mode="after")
+    def _renewal_needs_tls(self) -> ControllerReporting:
+        if (self.renew or self.enroll is not None) and self.tls is None:
+            raise ValueError("renew and enroll: need tls (the certificate files to keep fresh)")
+        if self.enroll is not None and not self.renew:
+            raise ValueError("enroll: needs renew (an enrolled certificate must be renewed too)")
+        return self
 
 
 class KubernetesCondition(ConfigModel):

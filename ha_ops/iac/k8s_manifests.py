@@ -8,11 +8,12 @@ name.
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ha_ops.errors import SpecError
 from ha_ops.health.config import AgentConfig
@@ -34,6 +35,16 @@ AGENT_CONFIG_PATH = "/etc/ha-ops/agent.yaml"
 CONTROLLER_CONFIG_PATH = "/etc/ha-ops/controller.yaml"
 # The audit key's Secret, mounted read-only (`key` in it); not under the config's mount, a ConfigMap volume.
 AUDIT_KEY_DIR = "/run/secrets/ha-ops-audit"
+# The controllers' issuing CA (its Secret: tls.crt, tls.key and the cluster CA's ca.crt, as cert-manager writes a CA
+# Secret), the cluster CA for the agents (a ConfigMap: no key in it), the certificates each pod holds (an emptyDir,
+# issued at start and renewed by the pod itself), and the agent's projected token for enrollment.
+ISSUER_DIR = "/run/secrets/ha-ops-issuer"
+CA_DIR = "/run/ha-ops/ca"
+TLS_DIR = "/run/ha-ops/tls"
+TOKEN_DIR = "/run/ha-ops/token"
+AUDIT_MARKER_DIR = "/run/ha-ops/audit"
+ENROLL_PORT = 8801
+ENROLL_AUDIENCE = "ha-ops-controller"
 IMAGE_UID = 65532  # the image's user (scripts/image.sh): the Secret's files are made readable by its group
 RULES_FILE = "ha-ops-rules.yml"
 DEFAULT_CONTROLLER_PORT = 8800
@@ -54,6 +65,15 @@ PRIORITY_CLASSES: dict[str, dict[str, Any]] = {
         "description": "checkpointing training jobs: preempted first, never preempt others",
     },
 }
+
+
+class AuditSinkTarget(BaseModel):
+    """A central syslog-over-TLS collector (rsyslog, syslog-ng, a SIEM) for the controllers' audit entries."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    address: str = Field(min_length=1, max_length=253)
+    port: int = Field(6514, ge=1, le=65535)
 
 
 class K8sLayerConfig(BaseModel):
@@ -85,26 +105,62 @@ class K8sLayerConfig(BaseModel):
     # rewrite the log unseen. The operator creates it once, as any credential (docs/security.md); until it exists the
     # controller pods wait to start. None: an unkeyed chain (anyone who can write the ConfigMaps can rewrite it).
     audit_key_secret: str | None = "ha-ops-controller-audit-key"
+    # Mutual TLS between the agents and the controllers, with certificates the controllers issue themselves
+    # (ha_ops.remediation.certificates): the Secret holding their issuing CA (`tls.crt`, `tls.key`, and the cluster
+    # CA as `ca.crt`; `ha-ops pki issuer` makes it) and the ConfigMap holding the cluster CA for the agents
+    # (`ca.crt`). The operator creates both once, as the audit key (docs/security.md); the pods wait for them. Each
+    # agent pod is enrolled with its service account token for the node the API server binds it to, and every
+    # certificate is renewed by its holder through the controllers. None: plain HTTP, unauthenticated.
+    issuer_secret: str | None = "ha-ops-issuer"
+    ca_config_map: str = "ha-ops-ca"
+    certificate_lifetime_s: float = Field(default=86_400.0, ge=60, le=7 * 86_400)
+    # Ship every audit entry to a central collector as syslog over TLS (ha_ops.remediation.audit_sink), a copy that
+    # outlives the ConfigMaps. The controllers present their own certificates, which name the Service
+    # (`ha-ops-controller.<namespace>.svc`: the collector's permitted peer), and verify the collector's with the
+    # cluster CA; so it needs issuer_secret. None: the log stays in the ConfigMaps.
+    audit_sink: AuditSinkTarget | None = None
+
+    @model_validator(mode="after")
+    def _sink_needs_certificates(self) -> K8sLayerConfig:
+        if self.audit_sink is not None and self.issuer_secret is None:
+            raise ValueError("audit_sink: needs issuer_secret (the controllers' certificates, to ship over TLS)")
+        return self
 
 
 def controller_port(spec: ClusterSpec) -> int:
     return spec.remediation.port if spec.remediation is not None else DEFAULT_CONTROLLER_PORT
 
 
+def service_names(cfg: K8sLayerConfig) -> list[str]:
+    """The controllers' Service as pods may name it: what the controllers' own certificates serve at."""
+    short = f"{CONTROLLER}.{cfg.namespace}"
+    return [CONTROLLER, short, f"{short}.svc", f"{short}.svc.cluster.local"]
+
+
 def controller_url(spec: ClusterSpec, cfg: K8sLayerConfig) -> str:
-    return f"http://{CONTROLLER}.{cfg.namespace}.svc:{controller_port(spec)}/v1/reports"
+    scheme = "https" if cfg.issuer_secret else "http"
+    return f"{scheme}://{CONTROLLER}.{cfg.namespace}.svc:{controller_port(spec)}/v1/reports"
+
+
+def _pod_tls(ca_dir: str) -> dict[str, str]:
+    return {"ca_file": f"{ca_dir}/ca.crt", "cert_file": f"{TLS_DIR}/tls.crt", "key_file": f"{TLS_DIR}/tls.key"}
 
 
 def agent_config_yaml(spec: ClusterSpec, cfg: K8sLayerConfig) -> str:
     """The agent's config, checked by the agent's own model so that a drift in its schema fails here, not on nodes.
     `node` is replaced per pod by `--node $(NODE_NAME)`."""
+    reporting: dict[str, Any] = {"urls": [controller_url(spec, cfg)]}
+    if cfg.issuer_secret:
+        enroll_url = f"https://{CONTROLLER}.{cfg.namespace}.svc:{ENROLL_PORT}"
+        enroll = {"urls": [enroll_url], "token_file": f"{TOKEN_DIR}/token"}
+        reporting.update(tls=_pod_tls(CA_DIR), renew=True, enroll=enroll)
     data = {
         "node": "set-by-node-flag",
         **({"backend": "fake", "fake_dir": fake} if (fake := cfg.agent_fake_gpus_dir) else {"backend": "nvml"}),
         "metrics": {"address": "0.0.0.0", "port": spec.monitoring.agent_port},
         # On Kubernetes the controller acts; the agent reports, and keeps its node's GpuHealthy condition.
         "slurm": {"enabled": False},
-        "controller": {"urls": [controller_url(spec, cfg)]},
+        "controller": reporting,
         "kubernetes": {"enabled": True},
     }
     AgentConfig.model_validate(data)
@@ -123,6 +179,15 @@ def agent_pod_spec(spec: ClusterSpec, cfg: K8sLayerConfig, image: str) -> dict[s
     if cfg.agent_fake_gpus_dir:  # (a lab's fake GPUs, read from the node's own folder)
         fake = {"name": "fake-gpus", "hostPath": {"path": cfg.agent_fake_gpus_dir, "type": "Directory"}}
         volumes.append((fake, cfg.agent_fake_gpus_dir))
+    writable: list[tuple[dict[str, Any], str]] = []
+    if cfg.issuer_secret:
+        # The token proves to the controllers which node the pod is on: its own audience, so it opens nothing else.
+        token = {"serviceAccountToken": {"audience": ENROLL_AUDIENCE, "expirationSeconds": 3600, "path": "token"}}
+        volumes.append(({"name": "enroll-token", "projected": {"sources": [token]}}, TOKEN_DIR))
+        volumes.append(({"name": "ca", "configMap": {"name": cfg.ca_config_map}}, CA_DIR))
+        writable.append(({"name": "tls", "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}}, TLS_DIR))
+    mounts = [{"name": v["name"], "mountPath": path, "readOnly": True} for v, path in volumes]
+    mounts += [{"name": v["name"], "mountPath": path} for v, path in writable]
     return {
         "serviceAccountName": AGENT,
         # Its token writes one thing: its own node's status (agent_node_restriction), for the GpuHealthy condition.
@@ -159,12 +224,12 @@ def agent_pod_spec(spec: ClusterSpec, cfg: K8sLayerConfig, image: str) -> dict[s
                     {"name": "NVIDIA_DRIVER_CAPABILITIES", "value": "utility"},
                 ],
                 "ports": [{"name": "metrics", "containerPort": spec.monitoring.agent_port, "protocol": "TCP"}],
-                "volumeMounts": [{"name": v["name"], "mountPath": path, "readOnly": True} for v, path in volumes],
+                "volumeMounts": mounts,
                 "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}},
                 "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True},
             }
         ],
-        "volumes": [v for v, _ in volumes],
+        "volumes": [v for v, _ in (*volumes, *writable)],
     }
 
 
@@ -183,7 +248,17 @@ def controller_config(spec: ClusterSpec, cfg: K8sLayerConfig, pool: str, nodes: 
         },
         "pools": {pool: {"nodes": nodes}},
         **({"audit_key_file": f"{AUDIT_KEY_DIR}/key"} if cfg.audit_key_secret else {}),
-    }
+        **({"tls": _pod_tls(ISSUER_DIR), "certificates": {
+            "issuer": {"cert_file": f"{ISSUER_DIR}/tls.crt", "key_file": f"{ISSUER_DIR}/tls.key",
+                       "lifetime_s": cfg.certificate_lifetime_s},
+            # Each replica also serves at its pod's address (`--address` from HA_OPS_CONTROLLER_ADDRESS).
+            "serve_names": service_names(cfg),
+            "enrollment": {"port": ENROLL_PORT, "audience": ENROLL_AUDIENCE,
+                           "agent_service_account": f"system:serviceaccount:{cfg.namespace}:{AGENT}"},
+        }} if cfg.issuer_secret else {}),
+        **({"audit_sink": {"address": sink.address, "port": sink.port, "tls": _pod_tls(ISSUER_DIR),
+                           "marker_file": f"{AUDIT_MARKER_DIR}/shipped"}} if (sink := cfg.audit_sink) else {}),
+    }  # fmt: skip
     ControllerConfig.model_validate(data)
     return data
 
@@ -198,11 +273,39 @@ def controller_cluster_role_rules() -> list[dict[str, Any]]:
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "delete"]},
         {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]},
         {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get"]},
+        # An agent pod's enrollment: which node its token is bound to (remediation/certificates.py).
+        {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]},
     ]
 
 
 def controller_pod_spec(spec: ClusterSpec, cfg: K8sLayerConfig, image: str) -> dict[str, Any]:
     port = controller_port(spec)
+    # (volume, where it is mounted, read-only): the root file system is read-only, and the lease and the shared state
+    # (intents, audit log, views) are kept in the API, where the other replica finds them; only the certificate the
+    # controller issues itself is written, to a volume in memory.
+    volumes: list[tuple[dict[str, Any], str, bool]] = [({"name": "config", "configMap": {"name": CONTROLLER}},
+                                                        "/etc/ha-ops", True)]  # fmt: skip
+    if cfg.audit_key_secret:
+        key = {"name": "audit-key", "secret": {"secretName": cfg.audit_key_secret, "defaultMode": 0o440}}
+        volumes.append((key, AUDIT_KEY_DIR, True))
+    env = [
+        # Each replica's id, and so the Lease's holderIdentity: its pod name.
+        {"name": "HA_OPS_CONTROLLER_ID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+    ]
+    ports = [{"name": "http", "containerPort": port, "protocol": "TCP"}]
+    probe: dict[str, Any] = {"httpGet": {"path": "/healthz", "port": port}}
+    if cfg.issuer_secret:
+        issuer = {"name": "issuer", "secret": {"secretName": cfg.issuer_secret, "defaultMode": 0o440}}
+        volumes.append((issuer, ISSUER_DIR, True))
+        volumes.append(({"name": "tls", "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}}, TLS_DIR, False))
+        # Its own certificate also names the pod's address (a peer or an operator may reach one replica).
+        env.append({"name": "HA_OPS_CONTROLLER_ADDRESS", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}})
+        ports.append({"name": "enroll", "containerPort": ENROLL_PORT, "protocol": "TCP"})
+        # A kubelet's probe presents no certificate: the enrollment port's /healthz asks for none.
+        probe = {"httpGet": {"path": "/healthz", "port": ENROLL_PORT, "scheme": "HTTPS"}}
+    if cfg.audit_sink is not None:
+        # The last entry shipped. Lost with the pod, it costs a resend (the collector's copy takes duplicates).
+        volumes.append(({"name": "audit-marker", "emptyDir": {"sizeLimit": "1Mi"}}, AUDIT_MARKER_DIR, False))
     return {
         "serviceAccountName": CONTROLLER,
         "priorityClassName": "critical",
@@ -220,41 +323,25 @@ def controller_pod_spec(spec: ClusterSpec, cfg: K8sLayerConfig, image: str) -> d
                 "image": image,
                 "command": ["ha-ops"],
                 "args": ["controller", "run", "--config", CONTROLLER_CONFIG_PATH],
-                "env": [
-                    # Each replica's id, and so the Lease's holderIdentity: its pod name.
-                    {"name": "HA_OPS_CONTROLLER_ID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
-                ],
-                "ports": [{"name": "http", "containerPort": port, "protocol": "TCP"}],
-                "readinessProbe": {"httpGet": {"path": "/healthz", "port": port}, "periodSeconds": 5},
-                # The root file system is read-only, and nothing is written to a volume: the lease and the shared
-                # state (intents, audit log, views) are kept in the API, where the other replica finds them.
+                "env": env,
+                "ports": ports,
+                "readinessProbe": {**probe, "periodSeconds": 5},
                 "volumeMounts": [
-                    {"name": "config", "mountPath": "/etc/ha-ops", "readOnly": True},
-                    *(
-                        [{"name": "audit-key", "mountPath": AUDIT_KEY_DIR, "readOnly": True}]
-                        if cfg.audit_key_secret
-                        else []
-                    ),
+                    {"name": v["name"], "mountPath": path, **({"readOnly": True} if ro else {})}
+                    for v, path, ro in volumes
                 ],
                 "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}},
                 "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True},
             }
         ],
-        # The image's user, and its group owning the Secret's files (0440): readable by the controller alone.
+        # The image's user, and its group owning the Secrets' files (0440): readable by the controller alone.
         "securityContext": {
             "runAsUser": IMAGE_UID,
             "runAsGroup": IMAGE_UID,
             "runAsNonRoot": True,
             "fsGroup": IMAGE_UID,
         },
-        "volumes": [
-            {"name": "config", "configMap": {"name": CONTROLLER}},
-            *(
-                [{"name": "audit-key", "secret": {"secretName": cfg.audit_key_secret, "defaultMode": 0o440}}]
-                if cfg.audit_key_secret
-                else []
-            ),
-        ],
+        "volumes": [v for v, _, _ in volumes],
     }
 
 
@@ -313,6 +400,7 @@ def network_policies(spec: ClusterSpec, cfg: K8sLayerConfig) -> dict[str, dict[s
     agents = {"matchLabels": AGENT_LABELS}
     controllers = {"matchLabels": CONTROLLER_LABELS}
     port = controller_port(spec)
+    api_ports = [_port(port), *([_port(ENROLL_PORT)] if cfg.issuer_secret else [])]
     mon = spec.monitoring
     monitoring_ns = {"matchLabels": {"kubernetes.io/metadata.name": cfg.monitoring_namespace}}
     prometheus = {"namespaceSelector": monitoring_ns, "podSelector": {"matchLabels": cfg.prometheus_pod_labels}}
@@ -336,12 +424,12 @@ def network_policies(spec: ClusterSpec, cfg: K8sLayerConfig) -> dict[str, dict[s
         "agents-to-controller": {
             "podSelector": agents,
             "policyTypes": ["Egress"],
-            "egress": [{"to": [{"podSelector": controllers}], "ports": [_port(port)]}],
+            "egress": [{"to": [{"podSelector": controllers}], "ports": api_ports}],
         },
         "controller-from-agents": {
             "podSelector": controllers,
             "policyTypes": ["Ingress"],
-            "ingress": [{"from": [{"podSelector": agents}], "ports": [_port(port)]}],
+            "ingress": [{"from": [{"podSelector": agents}], "ports": api_ports}],
         },
         "prometheus-scrape": {
             "podSelector": {
@@ -351,7 +439,7 @@ def network_policies(spec: ClusterSpec, cfg: K8sLayerConfig) -> dict[str, dict[s
             "ingress": [
                 {
                     "from": [prometheus],
-                    "ports": [_port(mon.agent_port), _port(port)],
+                    "ports": [_port(mon.agent_port), *api_ports],
                 }
             ],
         },
@@ -365,6 +453,7 @@ def network_policies(spec: ClusterSpec, cfg: K8sLayerConfig) -> dict[str, dict[s
                 }
             ],
         },
+        **({"controller-to-audit-sink": audit_sink_egress(cfg.audit_sink)} if cfg.audit_sink else {}),
         # The controller watches Prometheus and raises HaOpsPrometheusDown on Alertmanager itself.
         "controller-to-monitoring": {
             "podSelector": controllers,
@@ -377,6 +466,16 @@ def network_policies(spec: ClusterSpec, cfg: K8sLayerConfig) -> dict[str, dict[s
             ],
         },
     }
+
+
+def audit_sink_egress(sink: AuditSinkTarget) -> dict[str, Any]:
+    """To the collector: its address where it is one (a NetworkPolicy cannot name a host), else its port anywhere."""
+    try:
+        cidr = str(ipaddress.ip_network(sink.address))
+    except ValueError:
+        cidr = "0.0.0.0/0"
+    return {"podSelector": {"matchLabels": CONTROLLER_LABELS}, "policyTypes": ["Egress"],
+            "egress": [{"to": [{"ipBlock": {"cidr": cidr}}], "ports": [_port(sink.port)]}]}  # fmt: skip
 
 
 # --- the layer's objects, for every install path ------------------------------------------------------------------
@@ -410,11 +509,17 @@ def _checked_controller_config(text: str, source: str) -> None:
 
 
 def pod_monitor(cfg: K8sLayerConfig) -> dict[str, Any]:
-    """Prometheus Operator: scrape the agents' `metrics` port and the controllers' `http` port, both at /metrics."""
+    """Prometheus Operator: scrape the agents' `metrics` port and the controllers' metrics: on the `http` port, or
+    with TLS on the `enroll` port (the other asks for a client certificate), verified with the cluster CA."""
+    controllers: dict[str, Any] = {"port": "http", "path": "/metrics"}
+    if cfg.issuer_secret:
+        ca = {"configMap": {"name": cfg.ca_config_map, "key": "ca.crt"}}
+        controllers = {"port": "enroll", "path": "/metrics", "scheme": "https",
+                       "tlsConfig": {"ca": ca, "serverName": service_names(cfg)[2]}}  # fmt: skip
     return {
         "selector": {"matchExpressions": [
             {"key": "app.kubernetes.io/name", "operator": "In", "values": [AGENT, CONTROLLER]}]},
-        "podMetricsEndpoints": [{"port": "metrics", "path": "/metrics"}, {"port": "http", "path": "/metrics"}],
+        "podMetricsEndpoints": [{"port": "metrics", "path": "/metrics"}, controllers],
     }  # fmt: skip
 
 
@@ -482,7 +587,8 @@ def layer_objects(spec: ClusterSpec, cfg: K8sLayerConfig, controller_config_yaml
     })  # fmt: skip
     add("controller", "v1", "Service", CONTROLLER, CONTROLLER_LABELS, spec={
         "selector": CONTROLLER_LABELS,
-        "ports": [{"name": "http", "port": controller_port(spec), "targetPort": "http"}],
+        "ports": [{"name": "http", "port": controller_port(spec), "targetPort": "http"},
+                  *([{"name": "enroll", "port": ENROLL_PORT, "targetPort": "enroll"}] if cfg.issuer_secret else [])],
     })  # fmt: skip
     add("controller", "policy/v1", "PodDisruptionBudget", CONTROLLER, CONTROLLER_LABELS,
         spec={"minAvailable": 1, "selector": {"matchLabels": CONTROLLER_LABELS}})  # fmt: skip

@@ -12,6 +12,9 @@ from ha_ops.lab.context import LabContext, ServiceDef
 from ha_ops.remediation.audit_sink import APP
 
 PORT = 6514  # syslog over TLS
+# The Kubernetes layer's controllers (ha_ops.iac.k8s_manifests, its default namespace): their own certificates
+# name their Service.
+LAYER_CONTROLLER, LAYER_NAMESPACE = "ha-ops-controller", "ha-ops"
 SERVER_IDENTITY = "audit-sink"
 
 
@@ -56,7 +59,10 @@ def _quoted(value: object) -> str:
 
 def render_config(ctx: LabContext) -> str:
     files = tls.files(ctx, SERVER_IDENTITY)
-    peers = ", ".join(_quoted(n.name) for n in ctx.layout.nodes_with_role("controller"))
+    names = [n.name for n in ctx.layout.nodes_with_role("controller")]
+    if ctx.spec.kubernetes is not None:  # the Kubernetes layer's controller pods, named by their Service
+        names.append(f"{LAYER_CONTROLLER}.{LAYER_NAMESPACE}.svc")
+    peers = ", ".join(_quoted(name) for name in names)
     work = ctx.node_dir(node(ctx)) / "rsyslog"
     return f"""# The lab's audit sink (ha_ops.lab.audit_sink): written by ha-ops lab up.
 global(

@@ -211,9 +211,12 @@ def network(ctx: LabContext, state: LabState) -> None:
         assert holder is not None
         transport = LabTransport(node, holder)
         # A routed pod network: each node's pod /24 through its management address, from this machine (the
-        # operator's, as with a BGP-announced pod network) and from the other kubelet nodes.
+        # operator's, as with a BGP-announced pod network), from the other kubelet nodes, and from the monitoring
+        # node (Prometheus' scrapes, the audit sink's answers to the controller pods).
         via = str(mgmt.address(ctx, node))
-        for other in [None, *(ctx.netns(o) for o in names(ctx) if o != node)]:
+        monitoring = ctx.spec.monitoring.host.name
+        peers = [o for o in names(ctx) if o != node] + ([monitoring] if monitoring not in names(ctx) else [])
+        for other in [None, *(ctx.netns(o) for o in peers)]:
             netns.ip("route", "replace", str(pod_subnet(ctx, node)), "via", via, netns=other)
         for path in PRIVATE_DIRS:
             Path(path).mkdir(parents=True, exist_ok=True)  # the mount point: an empty folder on this machine

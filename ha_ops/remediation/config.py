@@ -10,6 +10,7 @@ from pydantic import Field, model_validator
 
 from ha_ops.monitoring.web import MonitoringClient
 from ha_ops.remediation.audit_sink import AuditSinkConfig
+from ha_ops.remediation.certificates import CertificatesConfig
 from ha_ops.security.tls import TlsFiles
 from ha_ops.util.command_template import GpuCommand, NodeCommand
 from ha_ops.util.models import ConfigModel
@@ -233,6 +234,12 @@ class ControllerConfig(ConfigModel):
         "signed, and its roles decide what it may do (docs/security.md). None: plain HTTP, unauthenticated (the "
         "API must then be reachable from the cluster's own hosts only).",
     )
+    certificates: CertificatesConfig | None = Field(
+        None,
+        description="Issue certificates with an issuing CA (an intermediate of the cluster CA): renewals for "
+        "callers presenting a valid certificate, agent pods' enrollment by token, this controller's own serving "
+        "certificate (ha_ops.remediation.certificates). Needs tls. None: certificates come from elsewhere only.",
+    )
     audit_key_file: Path | None = Field(
         None,
         description="The key (32 bytes or more) that makes the audit chain an HMAC chain: on each controller's own "
@@ -298,6 +305,11 @@ class ControllerConfig(ConfigModel):
                 f"fleet.max_incidents_per_node ({self.fleet.max_incidents_per_node}) is under lemon.incidents "
                 f"({self.lemon.incidents}): a lemon could never be found"
             )
+        if self.certificates is not None and self.tls is None:
+            raise ValueError("certificates: needs tls (certificates are issued and renewed over the TLS API)")
+        enrolling = self.certificates is not None and self.certificates.enrollment is not None
+        if enrolling and self.kubernetes is None:
+            raise ValueError("certificates.enrollment: needs kubernetes (tokens are reviewed by its API server)")
         key, shared = self.audit_key_file, self.state_dir
         if key is not None and shared is not None and key.resolve().is_relative_to(shared.resolve()):
             raise ValueError(f"audit_key_file: {key} is on the shared storage (state_dir {shared}), beside the log")

@@ -22,13 +22,14 @@ from contextlib import suppress
 from typing import Any, NamedTuple
 
 from prometheus_client import CollectorRegistry
-from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from ha_ops.health.report import AgentReport
 from ha_ops.remediation import history, monitoring_watch, policy, safety
 from ha_ops.remediation.audit import AuditHead, AuditLog, Prepared, read_key
 from ha_ops.remediation.audit_sink import AuditShipper
+from ha_ops.remediation.certificates import CertificateService
 from ha_ops.remediation.config import ControllerConfig
 from ha_ops.remediation.documents import DirectoryDocuments, Documents
 from ha_ops.remediation.executor import Executor
@@ -80,6 +81,11 @@ class Controller:
         self.lease = make_lease(config, clock)
         self.documents = make_documents(config)
         self.store = StateStore(self.documents, self.lease)
+        self._known = {n for pool in config.pools.values() for n in (*pool.nodes, *pool.spares)}
+        # Its own certificate issued before anything loads it (the API's server, the audit shipper).
+        self.certificates = make_certificates(config, self._known)
+        if self.certificates is not None:
+            self.certificates.keep_own()
         self.shipper = AuditShipper(config.audit_sink, config.id) if config.audit_sink is not None else None
         key = read_key(config.audit_key_file) if config.audit_key_file else None
         self.audit = AuditLog(self.documents, key=key, sink=self.shipper)
@@ -87,7 +93,6 @@ class Controller:
         self.peer_views: list[View] = []  # as read at the last lease step
         self.slurm_ok_at = 0.0  # the last successful read of Slurm's node states
         self.heard: dict[str, float] = {}  # node -> when its agent's report last arrived here (leader or standby)
-        self._known = {n for pool in config.pools.values() for n in (*pool.nodes, *pool.spares)}
         self.state: ControllerState | None = None
         self.token: int | None = None
         self._saved = ""  # the state as last written by this controller
@@ -813,13 +818,19 @@ class Controller:
         self._wake()
 
     def run(self) -> None:
-        from ha_ops.remediation.server import serve
+        from ha_ops.remediation.server import serve, serve_public
 
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(sig, lambda *_: self.stop())
-        server = serve(self, self.config.listen_address, self.config.port)
-        threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
+        servers = [serve(self, self.config.listen_address, self.config.port)]
+        if self.certificates is not None:
+            threading.Thread(target=self.certificates.run, args=(self._stop,), name="certificates",
+                             daemon=True).start()  # fmt: skip
+            if (enrollment := self.config.certificates and self.config.certificates.enrollment) is not None:
+                servers.append(serve_public(self, self.config.listen_address, enrollment.port))
+        for server in servers:
+            threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
         lease_thread = threading.Thread(target=self._lease_loop, name="lease", daemon=True)
         lease_thread.start()
         threading.Thread(target=self._node_state_loop, name="node-states", daemon=True).start()
@@ -841,7 +852,8 @@ class Controller:
                 except Exception:
                     log.exception("tick failed; the controller keeps running")
         finally:
-            server.shutdown()
+            for server in servers:
+                server.shutdown()
             if self.shipper is not None:
                 self.shipper.stop()
             if self.is_leader:
@@ -896,6 +908,21 @@ def make_lease(config: ControllerConfig, clock: Callable[[], float]) -> LeaderLe
     return Lease(config.state_dir, config.id, config.lease_ttl_s, config.lease_margin_s, clock)
 
 
+def make_certificates(config: ControllerConfig, nodes: set[str]) -> CertificateService | None:
+    """The issuing side, with the API server's token review when agents enroll; None without `certificates`."""
+    if config.certificates is None:
+        return None
+    assert config.tls is not None  # (the config's validator)
+    review = None
+    if config.certificates.enrollment is not None and config.kubernetes is not None:
+        from ha_ops.remediation.certificates import token_reviewer
+        from ha_ops.schedulers.kubernetes import client_from_kubeconfig
+
+        review = token_reviewer(client_from_kubeconfig(config.kubernetes.kubeconfig),
+                                config.certificates.enrollment.audience)  # fmt: skip
+    return CertificateService(config.certificates, config.tls, config.id, nodes, review)
+
+
 def make_documents(config: ControllerConfig) -> Documents:
     """Where the state, the audit log and the views are kept: ConfigMaps, or files in the shared state folder."""
     if config.kubernetes is not None and config.kubernetes.state is not None:
@@ -915,6 +942,12 @@ class _Metrics(Collector):
     def collect(self) -> Iterator[Metric]:
         c = self.c
         yield _single("ha_ops_controller_leader", "1 on the leader", {"id": c.config.id}, float(c.is_leader))
+        if c.certificates is not None:  # (a standby issues too)
+            issued = CounterMetricFamily("ha_ops_certificates_issued", "Certificates this controller issued",
+                                         labels=["id", "how"])  # fmt: skip
+            for how in ("renewal", "enrollment", "own"):
+                issued.add_metric([c.config.id, how], float(c.certificates.issued[how]))
+            yield issued
         state = c.state
         if state is None:
             return

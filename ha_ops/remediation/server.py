@@ -9,8 +9,13 @@ POST /v1/maintenance        open (or extend) maintenance windows: {"nodes": [...
 POST /v1/maintenance/end    close them: {"nodes": [...]}
 GET  /v1/state              the controller's state (without what would let a caller forge a report: each node's
                             agent_id and seq), and `safety`: the breaker and each pool's in-service count and minimum
+POST /v1/certificates        a new certificate for the caller's own identity: {"csr": PEM} (with `certificates`)
 GET  /metrics               Prometheus metrics
 GET  /healthz               200 (leader or standby)
+
+The enrollment port (`certificates.enrollment`, TLS without client certificates: serve_public) answers only
+GET /healthz, GET /metrics and POST /v1/certificates with `Authorization: Bearer <service account token>`: an agent
+pod's first certificate (ha_ops.remediation.certificates).
 
 Limits, so that no caller can exhaust it: bodies of at most MAX_BODY bytes (an Alertmanager notification, which
 carries a whole group of alerts, MAX_ALERTS_BODY), read within SOCKET_TIMEOUT_S (a request
@@ -33,7 +38,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ha_ops.health.report import AgentReport
+from ha_ops.remediation.certificates import EnrollmentRefused
 from ha_ops.security import tls
+from ha_ops.security.issuer import MAX_CSR_BYTES, RequestRefused
 from ha_ops.security.tls import Identity
 from ha_ops.util.bounded import Line, Token
 from ha_ops.util.names import node_name_problem
@@ -78,6 +85,11 @@ class MaintenanceStart(BaseModel):
 class MaintenanceEnd(BaseModel):
     model_config = ConfigDict(extra="forbid")
     nodes: list[Token] = Field(min_length=1, max_length=4096)
+
+
+class CertificateRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    csr: str = Field(min_length=1, max_length=MAX_CSR_BYTES)
 
 
 class BadRequest(Exception):
@@ -142,6 +154,8 @@ def refusal(identity: Identity | None, method: str, path: str, report_node: str 
         if report_node is not None and report_node != identity.name:
             return f"the certificate of {identity.name} may not report for {report_node}"
         return None
+    if method == "POST" and path == "/v1/certificates":
+        return None  # any certificate of the CA: it renews that identity only (security.issuer.template_of)
     if method == "POST" and path == "/v1/alerts":
         return None if identity.has(tls.ALERTMANAGER) else f"{identity} may not post alerts"
     if identity.has(tls.OPERATORS):
@@ -154,6 +168,7 @@ def make_handler(controller: Controller) -> type[BaseHTTPRequestHandler]:
         server_version = "ha-ops-controller"
         timeout = SOCKET_TIMEOUT_S  # on the connection's socket: a request sent slowly or half ends here
         identity: Identity | None = None
+        presented: bytes | None = None  # the caller's certificate (DER), for a renewal
 
         def setup(self) -> None:
             if isinstance(self.request, ssl.SSLSocket):
@@ -162,7 +177,12 @@ def make_handler(controller: Controller) -> type[BaseHTTPRequestHandler]:
                 self.request.settimeout(SOCKET_TIMEOUT_S)
                 self.request.do_handshake()
                 self.identity = tls.identity_of(self.request.getpeercert())
+                self.presented = self.request.getpeercert(binary_form=True)
             super().setup()
+
+        @property
+        def public(self) -> bool:
+            return bool(getattr(self.server, "public", False))
 
         def _allow(self, method: str, report_node: str | None = None) -> None:
             why = refusal(self.identity, method, self.path, report_node)
@@ -193,6 +213,9 @@ def make_handler(controller: Controller) -> type[BaseHTTPRequestHandler]:
             return parse_body(self.rfile.read(length), model, what)
 
         def do_GET(self) -> None:
+            if self.public and self.path not in ("/healthz", "/metrics"):
+                self._send(404, {"error": f"no such path {self.path} on the enrollment port"})
+                return
             try:
                 self._allow("GET")
             except Forbidden as exc:
@@ -207,8 +230,36 @@ def make_handler(controller: Controller) -> type[BaseHTTPRequestHandler]:
             else:
                 self._send(404, {"error": f"no such path {self.path}"})
 
+        def _certificate(self) -> None:
+            """A renewal (the TLS port: the caller's own certificate) or an enrollment (the enrollment port: a token).
+            Any controller issues, leader or standby: both hold the issuer."""
+            if controller.certificates is None:
+                self._send(404, {"error": "this controller issues no certificates (no `certificates` in its config)"})
+                return
+            request = self._body(CertificateRequest, "certificate request")
+            try:
+                if self.public:
+                    scheme, _, token = (self.headers.get("Authorization") or "").partition(" ")
+                    if scheme != "Bearer" or not token.strip():
+                        raise EnrollmentRefused("a service account token is required (Authorization: Bearer)")
+                    answer = controller.certificates.enroll(token.strip(), request.csr)
+                else:
+                    assert self.presented is not None  # (the mutual TLS port: a verified certificate)
+                    answer = controller.certificates.renew(self.presented, request.csr)
+            except RequestRefused as exc:
+                raise BadRequest(str(exc)) from None
+            except EnrollmentRefused as exc:
+                raise Forbidden(str(exc)) from None
+            self._send(200, answer)
+
         def do_POST(self) -> None:
             try:
+                if self.path == "/v1/certificates" and (self.public or self.presented is not None):
+                    self._allow("POST")
+                    self._certificate()
+                    return
+                if self.public:
+                    raise BadRequest(f"no such path {self.path} on the enrollment port")
                 report = None
                 if self.path == "/v1/reports":
                     self._allow("POST")  # an agent at all, before its body is read
@@ -261,6 +312,7 @@ def make_handler(controller: Controller) -> type[BaseHTTPRequestHandler]:
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
+    public = False  # the enrollment port
     # The listen backlog: socketserver's default of 5 resets connections when a rack's agents report at once
     # (150 agents' reports within a millisecond did exactly that).
     request_queue_size = 1024
@@ -304,3 +356,14 @@ def serve(controller: Controller, address: str, port: int) -> ThreadingHTTPServe
     files = controller.config.tls
     context = tls.ReloadingContext(files, server=True) if files is not None else None
     return _Server((address, port), make_handler(controller), context=context)
+
+
+def serve_public(controller: Controller, address: str, port: int) -> ThreadingHTTPServer:
+    """The enrollment port: TLS with the controller's certificate, no client certificate asked (agent pods have
+    none yet; they prove who they are with a token). Besides enrollment it answers /healthz (a kubelet's probe
+    presents no certificate) and /metrics (Prometheus' scrape)."""
+    assert controller.config.tls is not None  # (certificates needs tls: the config's validator)
+    context = tls.ReloadingContext(controller.config.tls, server=True, verify_client=False)
+    server = _Server((address, port), make_handler(controller), context=context)
+    server.public = True
+    return server

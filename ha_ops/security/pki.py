@@ -43,7 +43,7 @@ def key_pem(key: ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey) -> bytes:
     return key.private_bytes(serialization.Encoding.PEM, pkcs8, serialization.NoEncryption())
 
 
-def _name(common_name: str, groups: tuple[str, ...] = ()) -> x509.Name:
+def subject_name(common_name: str, groups: tuple[str, ...] = ()) -> x509.Name:
     parts = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, g) for g in groups]
     return x509.Name([*parts, x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
 
@@ -63,8 +63,8 @@ class CertificateAuthority:
         now = dt.datetime.now(dt.UTC)
         cert = (
             x509.CertificateBuilder()
-            .subject_name(_name(common_name))
-            .issuer_name(_name(common_name))
+            .subject_name(subject_name(common_name))
+            .issuer_name(subject_name(common_name))
             .public_key(key.public_key())
             .serial_number(x509.random_serial_number())
             .not_valid_before(now - dt.timedelta(minutes=5))
@@ -101,7 +101,7 @@ class CertificateAuthority:
         now = dt.datetime.now(dt.UTC)
         builder = (
             x509.CertificateBuilder()
-            .subject_name(_name(common_name, groups))
+            .subject_name(subject_name(common_name, groups))
             .issuer_name(ca_cert.subject)
             .public_key(key.public_key())
             .serial_number(x509.random_serial_number())
@@ -111,21 +111,58 @@ class CertificateAuthority:
             .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
         )
         if server_names:
-            sans: list[x509.GeneralName] = []
-            for entry in server_names:
-                try:
-                    sans.append(x509.IPAddress(ipaddress.ip_address(entry)))
-                except ValueError:
-                    sans.append(x509.DNSName(entry))
-            builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
+            builder = builder.add_extension(x509.SubjectAlternativeName(general_names(server_names)), critical=False)
         cert = builder.sign(ca_key, hashes.SHA256())  # type: ignore[arg-type]
-        # Each file replaced whole (a reader never sees half of one); between the two a reader may find the new key
-        # beside the old certificate, which ha_ops.security.tls.ReloadingContext waits out.
-        write_private(out.key.with_suffix(".key.new"), key_pem(key))
-        os.replace(out.key.with_suffix(".key.new"), out.key)
-        out.cert.with_suffix(".crt.new").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-        os.replace(out.cert.with_suffix(".crt.new"), out.cert)
+        store(out.cert, out.key, key_pem(key), cert.public_bytes(serialization.Encoding.PEM).decode())
         return out
+
+    def issue_issuer(self, name: str = "issuer", common_name: str = "ha-ops issuer",
+                     validity: dt.timedelta = VALIDITY) -> CertPaths:  # fmt: skip
+        """An issuing CA for the controllers (ha_ops.security.issuer), signed by this CA: it may sign leaf
+        certificates only (path length 0), so a controller's key can never make another CA. Always a new key."""
+        out = CertPaths(self.directory / f"{name}.crt", self.directory / f"{name}.key")
+        ca_key = serialization.load_pem_private_key(self.paths.key.read_bytes(), password=None)
+        ca_cert = x509.load_pem_x509_certificate(self.paths.cert.read_bytes())
+        key = ec.generate_private_key(ec.SECP256R1())
+        now = dt.datetime.now(dt.UTC)
+        cert = (
+            x509.CertificateBuilder()
+            .subject_name(subject_name(common_name))
+            .issuer_name(ca_cert.subject)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - dt.timedelta(minutes=5))
+            .not_valid_after(min(now + validity, ca_cert.not_valid_after_utc))
+            .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+            .add_extension(x509.KeyUsage(True, False, False, False, False, True, True, False, False), critical=True)
+            .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+            .sign(ca_key, hashes.SHA256())  # type: ignore[arg-type]
+        )
+        store(out.cert, out.key, key_pem(key), cert.public_bytes(serialization.Encoding.PEM).decode())
+        return out
+
+
+def general_names(entries: tuple[str, ...]) -> list[x509.GeneralName]:
+    """DNS names and IP addresses, as a certificate's subject alternative names."""
+    names: list[x509.GeneralName] = []
+    for entry in entries:
+        try:
+            names.append(x509.IPAddress(ipaddress.ip_address(entry)))
+        except ValueError:
+            names.append(x509.DNSName(entry))
+    return names
+
+
+def store(cert_file: Path, key_file: Path, key: bytes, cert: str) -> None:
+    """A new key and its certificate, each file replaced whole (a reader never sees half of one), the key first:
+    between the two a reader may find the new key beside the old certificate, which
+    ha_ops.security.tls.ReloadingContext waits out."""
+    new_key = key_file.with_name(key_file.name + ".new")
+    write_private(new_key, key)
+    os.replace(new_key, key_file)
+    new_cert = cert_file.with_name(cert_file.name + ".new")
+    new_cert.write_text(cert)
+    os.replace(new_cert, cert_file)
 
 
 @dataclass(frozen=True)

@@ -2,9 +2,9 @@
 
 Identities come from certificates the cluster CA issued: the subject's CN names the caller (an agent's CN is its
 node's name) and its O entries its roles, as Kubernetes reads client certificates. Certificates are short-lived and
-rotated on disk by whoever issues them (the lab's rotator, the `ha_ops_pki` role, cert-manager); a ReloadingContext
-notices new files and uses them from the next handshake on, so neither the controller nor an agent restarts and no
-connection already open is dropped."""
+rotated on disk by whoever issues them (the lab's rotator, the `ha_ops_pki` role, the controllers' own issuer:
+ha_ops.security.issuer); a ReloadingContext notices new files and uses them from the next handshake on, so neither
+the controller nor an agent restarts and no connection already open is dropped."""
 
 from __future__ import annotations
 
@@ -40,6 +40,15 @@ class TlsFiles(ConfigModel):
     reload_s: float = Field(1.0, gt=0, description="How often the files are checked for a rotation.")
 
 
+class Enrollment(ConfigModel):
+    """Where and with what an agent pod gets its first certificate."""
+
+    urls: list[str] = Field(
+        min_length=1, description="The controllers' enrollment port(s), e.g. https://ha-ops-controller.ha-ops.svc:8801"
+    )
+    token_file: Path = Field(description="The pod's projected service account token (the controllers' audience).")
+
+
 @dataclass(frozen=True)
 class Identity:
     """Who is at the other end of a verified connection."""
@@ -73,8 +82,10 @@ class ReloadingContext:
     A rotation that is half written (a key that does not match its certificate) keeps the last good context until
     the next check: a handshake never sees a broken pair."""
 
-    def __init__(self, files: TlsFiles, server: bool) -> None:
-        self.files, self.server = files, server
+    def __init__(self, files: TlsFiles, server: bool, verify_client: bool = True) -> None:
+        # verify_client=False: a server that asks for no client certificate (the controller's enrollment port, where
+        # callers prove who they are otherwise); a client always verifies the server.
+        self.files, self.server, self.verify_client = files, server, verify_client
         self._lock = threading.Lock()
         self._signature: tuple = ()
         self._checked = 0.0
@@ -99,7 +110,8 @@ class ReloadingContext:
     def _build(self) -> ssl.SSLContext:
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER if self.server else ssl.PROTOCOL_TLS_CLIENT)
         context.minimum_version = ssl.TLSVersion.TLSv1_2
-        context.verify_mode = ssl.CERT_REQUIRED  # mutual: a server asks for the client's certificate too
+        # mutual: a server asks for the client's certificate too
+        context.verify_mode = ssl.CERT_REQUIRED if self.verify_client or not self.server else ssl.CERT_NONE
         context.load_verify_locations(cafile=str(self.files.ca_file))
         context.load_cert_chain(str(self.files.cert_file), str(self.files.key_file))
         return context
@@ -120,3 +132,20 @@ class ReloadingContext:
                 except (OSError, ssl.SSLError, ValueError) as exc:
                     log.warning("TLS: keeping the last certificate; the new files do not load yet: %s", exc)
             return self._context
+
+
+class CertificateContext:
+    """A client's ReloadingContext once its certificate exists: before that (an agent still enrolling) `get` raises
+    OSError, which a caller handles as a controller it cannot reach yet."""
+
+    def __init__(self, files: TlsFiles) -> None:
+        self.files = files
+        self._context: ReloadingContext | None = None
+
+    def get(self) -> ssl.SSLContext:
+        if self._context is None:
+            try:
+                self._context = ReloadingContext(self.files, server=False)
+            except SpecError as exc:
+                raise OSError(f"no certificate yet: {exc}") from None
+        return self._context.get()

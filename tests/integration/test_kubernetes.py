@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -36,7 +37,8 @@ from ha_ops.health.agent import http_poster
 from ha_ops.health.report import AgentReport, ReportFinding
 from ha_ops.iac.engine import PulumiEngine
 from ha_ops.iac.k8s_manifests import controller_port
-from ha_ops.lab import kubelets, kubernetes
+from ha_ops.lab import audit_sink, kubelets, kubernetes
+from ha_ops.lab import tls as lab_tls
 from ha_ops.lab.cluster import Lab
 from ha_ops.lab.paths import LabPaths
 from ha_ops.remediation.audit import AuditLog, verify_text
@@ -60,6 +62,9 @@ from ha_ops.schedulers.kubernetes import (
     UnknownNode,
     set_gpu_condition,
 )
+from ha_ops.security import tls
+from ha_ops.security.pki import CertificateAuthority
+from ha_ops.security.tls import ReloadingContext, TlsFiles
 from ha_ops.spec import parse_spec
 from ha_ops.spec.model import Kubernetes
 from ha_ops.util.wait import wait_for
@@ -248,7 +253,11 @@ def test_the_k8s_layer_stack_runs_ha_ops_in_real_containers_and_the_controllers_
     # agent also on the GPU kubelet node (its taint keeps the lab's pretend workloads away), reading fake GPUs.
     layer = {"controller_node_selector": {"ha-ops.io/controller": "true"}, "prometheus_operator": False,
              "agent_tolerations": [{"key": kubelets.LAB_LABEL, "operator": "Exists", "effect": "NoSchedule"}],
-             "agent_fake_gpus_dir": str(klab.ctx.in_node("gpus"))}  # fmt: skip
+             "agent_fake_gpus_dir": str(klab.ctx.in_node("gpus")),
+             # Certificates of a minute (the least the layer takes), so that the test sees them renewed; the audit
+             # entries shipped to the lab's collector on the monitoring node.
+             "certificate_lifetime_s": 60,
+             "audit_sink": {"address": audit_sink.address(klab.ctx), "port": audit_sink.PORT}}  # fmt: skip
     engine.set_config(program, "lab", {"spec": str(spec_file), "kubeconfig": str(kubernetes.kubeconfig_path(klab.ctx)),
                                        "layer": json.dumps(layer)})  # fmt: skip
     namespace = "ha-ops"
@@ -256,6 +265,7 @@ def test_the_k8s_layer_stack_runs_ha_ops_in_real_containers_and_the_controllers_
     agents: dict[str, dict] = {}
     klab.use_controllers(False)  # the lab's own controllers (for Slurm) stopped: the layer's pods are the ones acting
     audit_key = audit_key_secret(api, namespace)
+    pki = layer_pki(api, namespace, lab_tls.folder(klab.ctx))
     try:
         update = engine.up(program, "lab")
         assert update["result"] == "succeeded", update
@@ -295,7 +305,9 @@ def test_the_k8s_layer_stack_runs_ha_ops_in_real_containers_and_the_controllers_
                                                                              for n, p in agents.items()})  # fmt: skip
         assert {str(pc.metadata.name) for pc in api.list(PriorityClass) if pc.metadata} >= {
             "critical", "normal", "preemptible-training"}  # fmt: skip
-        controllers_fail_over(klab, api, namespace, controllers, sorted(gpu_nodes), audit_key)
+        controllers_issue_certificates(api, namespace, controllers, real_agent, pki, tmp_path)
+        controllers_fail_over(klab, api, namespace, controllers, sorted(gpu_nodes), audit_key, pki)
+        own_certificates_renewed(controllers, pki)
     except BaseException:
         real_pods = [*controllers.values(), *(p for p in agents.values() if p["spec"]["nodeName"] == GPU_KUBELET)]
         for pod in real_pods:
@@ -341,11 +353,12 @@ def agent_container_keeps_its_nodes_condition(klab: Lab, api: Client) -> None:
 
 
 def controllers_fail_over(
-    klab: Lab, api: Client, namespace: str, pods: dict[str, dict], gpu_nodes: list[str], audit_key: bytes
-) -> None:
-    """Agents report to both controller pods (a standby answers 503); an XID 79 on one node; once the leader took
-    it out, the leader's container is killed and the Lease must pass to the other pod within 5 s."""
-    urls = {name: f"http://{p['status']['podIP']}:{controller_port(klab.spec)}" for name, p in pods.items()}
+    klab: Lab, api: Client, namespace: str, pods: dict[str, dict], gpu_nodes: list[str], audit_key: bytes,
+    pki: LayerPki,
+) -> None:  # fmt: skip
+    """Agents report to both controller pods over mutual TLS (a standby answers 503); an XID 79 on one node; once
+    the leader took it out, the leader's container is killed and the Lease must pass to the other pod within 5 s."""
+    urls = {name: f"https://{p['status']['podIP']}:{controller_port(klab.spec)}" for name, p in pods.items()}
 
     def holder() -> str:
         return str(api.get(LeaseObject, "ha-ops-controller", namespace=namespace).spec.holderIdentity)
@@ -355,7 +368,8 @@ def controllers_fail_over(
     standby = next(name for name in pods if name != leader)
     faulty = gpu_nodes[0]
     scheduler = KubernetesScheduler(api, KubernetesOptions(pool="gpu"))
-    with agents_reporting(gpu_nodes, [f"{u}/v1/reports" for u in urls.values()], lambda n: n == faulty):
+    with agents_reporting(gpu_nodes, [f"{u}/v1/reports" for u in urls.values()], lambda n: n == faulty,
+                          pki.agent):  # fmt: skip
         wait_for("the leader taking the faulty node out", lambda: scheduler.node(faulty).drained, timeout=30,
                  interval=0.3)  # fmt: skip
         [status] = pods[leader]["status"]["containerStatuses"]
@@ -364,7 +378,8 @@ def controllers_fail_over(
                      status["containerID"].removeprefix("containerd://"))  # fmt: skip
         wait_for("the other pod holding the Lease", lambda: holder() == standby, timeout=15, interval=0.1)
         takeover_s = time.monotonic() - killed_at
-        wait_for("the new leader answering", lambda: leading(urls[standby]), timeout=10, interval=0.2)
+        wait_for("the new leader answering", lambda: leading(urls[standby], pki.operator.get()), timeout=10,
+                 interval=0.2)  # fmt: skip
         print(f"\nleader pod {leader} killed (SIGKILL): {standby} held the Lease {takeover_s:.1f} s later")
         assert takeover_s <= 5.0
         assert scheduler.node(faulty).drained  # the state came with it: not returned, not drained again
@@ -384,6 +399,16 @@ def controllers_fail_over(
     assert {e.get("mac") for e in entries} == {"hmac-sha256"}
     assert verify_text(audit.text(), key=audit_key) == []
     assert verify_text(audit.text(), key=b"x" * 32) != []
+    # Every entry, shipped by the pods (TLS with their own certificates, named by the Service) to the collector.
+    local = {(e["seq"], e["hash"]) for e in map(json.loads, audit.text().splitlines())}
+
+    def shipped() -> set:
+        lines = audit_sink.shipped_log(klab.ctx).read_text().splitlines() if audit_sink.shipped_log(
+            klab.ctx).exists() else []  # fmt: skip
+        return {(e["seq"], e["hash"]) for e in map(json.loads, lines) if e.get("hash")}
+
+    wait_for("the layer's audit entries at the collector", lambda: local <= shipped(), timeout=20, interval=0.5)
+    print(f"\n{len(local)} audit entries of the controller pods shipped to the collector on the monitoring node")
     scheduler.resume(faulty)
 
 
@@ -403,6 +428,138 @@ def audit_key_secret(api: Client, namespace: str) -> bytes:
     api.create(Secret(metadata=ObjectMeta(name="ha-ops-controller-audit-key", namespace=namespace),
                       data={"key": base64.b64encode(key).decode()}))  # fmt: skip
     return key
+
+
+class LayerPki:
+    """The layer's certificates as an operator sets them up (docs/security.md): the cluster CA (the lab's, which
+    its audit sink trusts), the controllers' issuing CA in the Secret ha-ops-issuer, the CA in the ConfigMap
+    ha-ops-ca; and, for the test's own callers, an operator's certificate and the agents' (as the ha_ops_pki role
+    would issue them; named `layer-...` beside the lab's own)."""
+
+    def __init__(self, directory: Path) -> None:
+        self.ca = CertificateAuthority(directory)
+        self.ca.issue_issuer()
+        self.operator = ReloadingContext(self.files("layer-operator", "alice", tls.OPERATORS), server=False)
+        self._agents: dict[str, ReloadingContext] = {}
+
+    def files(self, name: str, cn: str, role: str) -> TlsFiles:
+        paths = self.ca.issue(name, cn, groups=(role,))
+        return TlsFiles(ca_file=self.ca.paths.cert, cert_file=paths.cert, key_file=paths.key)
+
+    def agent(self, node: str) -> ReloadingContext:
+        if node not in self._agents:
+            self._agents[node] = ReloadingContext(self.files(f"layer-agent-{node}", node, tls.AGENTS), server=False)
+        return self._agents[node]
+
+    def verifying(self) -> ssl.SSLContext:
+        """Verifies a controller with the cluster CA and presents nothing (the enrollment port)."""
+        return ssl.create_default_context(cafile=str(self.ca.paths.cert))
+
+
+def layer_pki(api: Client, namespace: str, directory: Path) -> LayerPki:
+    import base64
+
+    from lightkube.resources.core_v1 import ConfigMap, Secret
+
+    pki = LayerPki(directory)
+    d = pki.ca.directory
+
+    def b64(name: str) -> str:
+        return base64.b64encode((d / name).read_bytes()).decode()
+
+    with suppress(ApiError):
+        api.create(Namespace(metadata=ObjectMeta(name=namespace)))
+    for kind, name in ((Secret, "ha-ops-issuer"), (ConfigMap, "ha-ops-ca")):
+        with suppress(ApiError):
+            api.delete(kind, name, namespace=namespace)
+    api.create(
+        Secret(
+            metadata=ObjectMeta(name="ha-ops-issuer", namespace=namespace),
+            data={"tls.crt": b64("issuer.crt"), "tls.key": b64("issuer.key"), "ca.crt": b64("ca.crt")},
+        )
+    )
+    api.create(ConfigMap(metadata=ObjectMeta(name="ha-ops-ca", namespace=namespace),
+                         data={"ca.crt": (d / "ca.crt").read_text()}))  # fmt: skip
+    return pki
+
+
+def pod_token(api: Client, namespace: str, account: str, pod: dict, audiences: list[str] | None) -> str:
+    """A token of `account` bound to `pod` (so it names the pod's node), as kubelet projects one into the pod."""
+    bound = BoundObjectReference(apiVersion="v1", kind="Pod", name=pod["metadata"]["name"], uid=pod["metadata"]["uid"])
+    request = ServiceAccount.Token(metadata=ObjectMeta(name=account, namespace=namespace),
+                                   spec=TokenRequestSpec(boundObjectRef=bound, expirationSeconds=600,
+                                                         audiences=audiences))  # fmt: skip
+    return str(api.create(request, account, namespace=namespace).status.token)
+
+
+def controllers_issue_certificates(
+    api: Client, namespace: str, pods: dict[str, dict], agent_pod: dict, pki: LayerPki, tmp_path: Path
+) -> None:
+    """The controller containers enroll a token of the agent's pod (reviewed by the real API server) for that pod's
+    node and no other; refuse other accounts' and audiences' tokens; renew over mutual TLS, keeping the identity;
+    and their own certificates, which they issued themselves at start, verify with the cluster CA at their pod's
+    address. (In the lab the agent container cannot reach the controllers' Service, with no cluster DNS or Service
+    proxy here, so the test presents the token the pod would.)"""
+    from cryptography import x509
+
+    from ha_ops.errors import TransportError
+    from ha_ops.remediation.certificate_client import enroll, renew
+    from ha_ops.security.tls import Enrollment
+
+    enroll_urls = [f"https://{p['status']['podIP']}:8801" for p in pods.values()]
+    api_urls = [f"https://{p['status']['podIP']}:8800" for p in pods.values()]
+    node = agent_pod["spec"]["nodeName"]
+    files = TlsFiles(ca_file=pki.ca.paths.cert, cert_file=tmp_path / "enrolled.crt", key_file=tmp_path / "enrolled.key")
+    token_file = tmp_path / "token"
+    token_file.write_text(pod_token(api, namespace, "ha-ops-agent", agent_pod, ["ha-ops-controller"]))
+    enroll(files, Enrollment(urls=enroll_urls, token_file=token_file))
+    cert = x509.load_pem_x509_certificates(files.cert_file.read_bytes())[0]
+    assert cert.subject.rfc4514_string() == f"CN={node},O=ha-ops:agents", cert.subject
+    refused = {
+        "the controller's own account": (pod_token(api, namespace, "ha-ops-controller", next(iter(pods.values())),
+                                                   ["ha-ops-controller"]), "not the agents' service account"),
+        "the API server's audience": (pod_token(api, namespace, "ha-ops-agent", agent_pod, None), "not valid"),
+    }  # fmt: skip
+    for what, (token, why) in refused.items():
+        token_file.write_text(token)
+        with pytest.raises(TransportError) as refusal:
+            enroll(files.model_copy(update={"cert_file": tmp_path / "x.crt", "key_file": tmp_path / "x.key"}),
+                   Enrollment(urls=enroll_urls, token_file=token_file))  # fmt: skip
+        assert "HTTP 403" in str(refusal.value) and why in str(refusal.value), (what, refusal.value)
+    # The enrolled certificate reports for its node, and not for another, to whichever pod leads.
+    context = ReloadingContext(files, server=False)
+    post = http_poster([f"{u}/v1/reports" for u in api_urls], timeout=5.0, context=context)
+    post(agent_report(node, 1, False))
+    with pytest.raises(ConnectionError, match="HTTP 403"):
+        post(agent_report("gpu1" if node != "gpu1" else "gpu2", 1, False))
+    before = cert.serial_number
+    renew(files, api_urls)
+    renewed = x509.load_pem_x509_certificates(files.cert_file.read_bytes())[0]
+    assert renewed.subject == cert.subject and renewed.serial_number != before
+    # Nothing is answered on the API's port without a certificate of the CA.
+    with pytest.raises((urllib.error.URLError, ssl.SSLError, ConnectionError)):
+        http_json(f"{api_urls[0]}/healthz", context=pki.verifying())
+    issued = sum(metric(f"{u}/metrics", pki, "enrollment") for u in enroll_urls)
+    assert issued >= 1
+    print(f"\nthe controller pods enrolled {node} by its pod's token ({issued:g} enrollment(s)) and renewed it")
+
+
+def metric(url: str, pki: LayerPki, how: str) -> float:
+    """ha_ops_certificates_issued_total{how=...} of one controller pod, read on its enrollment port (verified with
+    the cluster CA at the pod's address: its own certificate names it)."""
+    with urllib.request.urlopen(url, timeout=5, context=pki.verifying()) as answer:
+        text = answer.read().decode()
+    found = [line.rsplit(" ", 1)[1] for line in text.splitlines()
+             if line.startswith("ha_ops_certificates_issued_total{") and f'how="{how}"' in line]  # fmt: skip
+    return float(found[0]) if found else 0.0
+
+
+def own_certificates_renewed(pods: dict[str, dict], pki: LayerPki) -> None:
+    """Each controller pod's own certificate (60 s here) renewed by the pod itself past two thirds of its life."""
+    for pod in pods.values():
+        url = f"https://{pod['status']['podIP']}:8801/metrics"
+        wait_for(f"{pod['metadata']['name']} renewing its own certificate",
+                 lambda u=url: metric(u, pki, "own") >= 2, timeout=75, interval=2)  # fmt: skip
 
 
 def token_kubeconfig(klab: Lab, token: str, user: str) -> dict:
@@ -744,17 +901,17 @@ def k8s_controller_config(klab: Lab, me: str, ports: dict[str, int], kubeconfig:
     }  # fmt: skip
 
 
-def http_json(url: str, body: dict | None = None) -> dict:
+def http_json(url: str, body: dict | None = None, context: ssl.SSLContext | None = None) -> dict:
     data = None if body is None else json.dumps(body).encode()
     request = urllib.request.Request(url, data=data, method="GET" if body is None else "POST",
                                      headers={"Content-Type": "application/json"})  # fmt: skip
-    with urllib.request.urlopen(request, timeout=5) as answer:
+    with urllib.request.urlopen(request, timeout=5, context=context) as answer:
         return json.loads(answer.read())
 
 
-def leading(url: str) -> bool:
+def leading(url: str, context: ssl.SSLContext | None = None) -> bool:
     try:
-        return http_json(f"{url}/v1/state").get("state") is not None
+        return http_json(f"{url}/v1/state", context=context).get("state") is not None
     except OSError:
         return False
 
@@ -771,13 +928,15 @@ def agent_report(node: str, seq: int, xid79: bool) -> AgentReport:
 
 
 @contextmanager
-def agents_reporting(nodes: list[str], urls: list[str], faulty: Callable[[str], bool]) -> Iterator[None]:
+def agents_reporting(nodes: list[str], urls: list[str], faulty: Callable[[str], bool],
+                     tls_of: Callable[[str], ReloadingContext] | None = None) -> Iterator[None]:  # fmt: skip
     """Each node's agent, as a load generator: a report every second through the agent's own poster (the leader
-    first; a standby answers 503, so the next is tried), an XID 79 while `faulty(node)`."""
+    first; a standby answers 503, so the next is tried), an XID 79 while `faulty(node)`; with `tls_of`, over mutual
+    TLS with the node's agent certificate."""
     stop = threading.Event()
 
     def agent(node: str) -> None:
-        post, seq = http_poster(urls, timeout=1.0), 0
+        post, seq = http_poster(urls, timeout=1.0, context=tls_of(node) if tls_of else None), 0
         while not stop.is_set():
             seq += 1
             with suppress(ConnectionError):  # no controller leads for a moment (a failover): the next one tries again

@@ -69,7 +69,7 @@ def test_everything_is_created_under_the_component_with_its_outputs(mocks: Harne
     assert out["priority_classes"] == ["critical", "normal", "preemptible-training"]
     assert out["images"] == {"agent": AGENT_IMAGE, "controller": CONTROLLER_IMAGE}
     assert "default-deny" in out["network_policies"]
-    assert out["controller_url"] == "http://ha-ops-controller.ha-ops.svc:8800/v1/reports"
+    assert out["controller_url"] == "https://ha-ops-controller.ha-ops.svc:8800/v1/reports"  # mutual TLS by default
 
 
 def test_priority_classes_order_the_agent_above_jobs_and_training_below(mocks: Harness) -> None:
@@ -107,8 +107,18 @@ def test_the_agent_runs_on_every_gpu_node_only(mocks: Harness) -> None:
     config = AgentConfig.model_validate(yaml.safe_load(obj(mocks, "ConfigMap", "ha-ops-agent")["data"]["agent.yaml"]))
     assert config.metrics.port == spec.monitoring.agent_port
     assert config.slurm.enabled is False
-    assert config.controller.urls == ["http://ha-ops-controller.ha-ops.svc:8800/v1/reports"]
+    assert config.controller.urls == ["https://ha-ops-controller.ha-ops.svc:8800/v1/reports"]
     assert config.kubernetes.enabled is True
+    # Mutual TLS: enrolled with its pod's token (its own audience) for its node, renewed through the controllers.
+    assert config.controller.renew and config.controller.enroll is not None and config.controller.tls is not None
+    assert config.controller.enroll.urls == ["https://ha-ops-controller.ha-ops.svc:8801"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    [token] = volumes["enroll-token"]["projected"]["sources"]
+    assert token["serviceAccountToken"]["audience"] == "ha-ops-controller"
+    assert volumes["ca"]["configMap"] == {"name": "ha-ops-ca"}  # the CA only: no key reaches a GPU node
+    mounts = {m["mountPath"]: m.get("readOnly", False) for m in container["volumeMounts"]}
+    assert mounts[str(config.controller.enroll.token_file.parent)] is True
+    assert mounts[str(config.controller.tls.cert_file.parent)] is False  # its own certificate, in memory
 
 
 def test_the_agent_may_write_only_its_own_nodes_gpu_condition(mocks: Harness) -> None:
@@ -154,6 +164,7 @@ def test_the_controller_may_touch_nodes_and_evict_pods_cluster_wide_but_not_dele
              for resource in rule["resources"]}  # fmt: skip
     assert verbs[("", "nodes")] == {"get", "list", "watch", "patch"}  # no delete, no create
     assert verbs[("", "nodes/status")] == {"patch"} and verbs[("", "pods/eviction")] == {"create"}
+    assert verbs[("authentication.k8s.io", "tokenreviews")] == {"create"}  # an agent pod's enrollment
     binding = obj(mocks, "ClusterRoleBinding", "ha-ops-controller-nodes")
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "ha-ops-controller", "namespace": "ha-ops"}]
 
@@ -166,10 +177,18 @@ def test_each_controller_replica_is_named_by_its_pod_and_writes_nothing_to_disk(
         "env"]  # fmt: skip
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     mounts = {v["name"]: (v["mountPath"], v.get("readOnly")) for v in container["volumeMounts"]}
-    # The lease and the state are in the API; only the config and the audit key are mounted, both read-only.
-    assert mounts == {"config": ("/etc/ha-ops", True), "audit-key": ("/run/secrets/ha-ops-audit", True)}
+    # The lease and the state are in the API; the config, the audit key and the issuer are mounted read-only, and
+    # only the certificate the controller issues itself is written, in memory.
+    assert mounts == {"config": ("/etc/ha-ops", True), "audit-key": ("/run/secrets/ha-ops-audit", True),
+                      "issuer": ("/run/secrets/ha-ops-issuer", True), "tls": ("/run/ha-ops/tls", None)}  # fmt: skip
     volumes = {v["name"]: v for v in pod["volumes"]}
     assert volumes["audit-key"]["secret"] == {"secretName": "ha-ops-controller-audit-key", "defaultMode": 0o440}
+    assert volumes["issuer"]["secret"] == {"secretName": "ha-ops-issuer", "defaultMode": 0o440}
+    assert volumes["tls"]["emptyDir"]["medium"] == "Memory"
+    assert {"name": "HA_OPS_CONTROLLER_ADDRESS", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}} in container[
+        "env"]  # fmt: skip
+    # Ready when the enrollment port answers (a kubelet's probe presents no client certificate).
+    assert container["readinessProbe"]["httpGet"] == {"path": "/healthz", "port": 8801, "scheme": "HTTPS"}
     assert pod["securityContext"] == {"runAsUser": 65532, "runAsGroup": 65532, "runAsNonRoot": True,
                                       "fsGroup": 65532}  # fmt: skip
 
@@ -181,10 +200,12 @@ def test_the_audit_key_comes_from_its_secret_or_the_chain_is_unkeyed_when_none_i
     spec = example("lab.yaml")
     keyed = ControllerConfig.model_validate(controller_config(spec, K8sLayerConfig(), "gpu", ["gpu1"]))
     assert str(keyed.audit_key_file) == "/run/secrets/ha-ops-audit/key"
-    plain = K8sLayerConfig(audit_key_secret=None)
-    assert ControllerConfig.model_validate(controller_config(spec, plain, "gpu", ["gpu1"])).audit_key_file is None
+    plain = K8sLayerConfig(audit_key_secret=None, issuer_secret=None)
+    unkeyed = ControllerConfig.model_validate(controller_config(spec, plain, "gpu", ["gpu1"]))
+    assert unkeyed.audit_key_file is None and unkeyed.tls is None and unkeyed.certificates is None
     pod = controller_pod_spec(spec, plain, "image")
     assert [v["name"] for v in pod["volumes"]] == ["config"]
+    assert pod["containers"][0]["readinessProbe"]["httpGet"] == {"path": "/healthz", "port": 8800}
 
 
 def test_the_rendered_controller_config_drives_kubernetes_with_a_lease_and_its_state_in_the_api() -> None:
@@ -245,12 +266,13 @@ def test_network_policies_deny_by_default_and_allow_only_what_is_needed(mocks: H
         assert policy["policyTypes"] == [direction.capitalize()]
         return {p["port"] for rule in policy[direction] for p in rule["ports"]}
 
-    assert allows("agents-to-controller", "egress", agent) == {8800}
+    # The API (mutual TLS) and the enrollment port.
+    assert allows("agents-to-controller", "egress", agent) == {8800, 8801}
     assert selects(policies["agents-to-controller"]["egress"][0]["to"][0]["podSelector"], controller)
-    assert allows("controller-from-agents", "ingress", controller) == {8800}
+    assert allows("controller-from-agents", "ingress", controller) == {8800, 8801}
     assert selects(policies["controller-from-agents"]["ingress"][0]["from"][0]["podSelector"], agent)
-    assert allows("prometheus-scrape", "ingress", agent) == {spec.monitoring.agent_port, 8800}
-    assert allows("prometheus-scrape", "ingress", controller) == {spec.monitoring.agent_port, 8800}
+    assert allows("prometheus-scrape", "ingress", agent) == {spec.monitoring.agent_port, 8800, 8801}
+    assert allows("prometheus-scrape", "ingress", controller) == {spec.monitoring.agent_port, 8800, 8801}
     scraper = policies["prometheus-scrape"]["ingress"][0]["from"][0]
     assert scraper["namespaceSelector"] == {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}
     assert allows("controller-to-apiserver", "egress", controller) == {443, 6443}
@@ -267,13 +289,24 @@ def test_the_alert_rules_and_scraping_are_the_prometheus_operators_by_default(mo
     assert rule["apiVersion"] == "monitoring.coreos.com/v1"
     assert rule["spec"]["groups"] == yaml.safe_load(rules_yaml())["groups"]  # the rules ha-ops renders, as they are
     monitor = obj(mocks, "PodMonitor", "ha-ops")["spec"]
-    for app, port in (("ha-ops-agent", "metrics"), ("ha-ops-controller", "http")):
+    for app in ("ha-ops-agent", "ha-ops-controller"):
         assert selects(monitor["selector"], {"app.kubernetes.io/name": app})
-        assert {"port": port, "path": "/metrics"} in monitor["podMetricsEndpoints"]
+    agents, controllers = monitor["podMetricsEndpoints"]
+    assert agents == {"port": "metrics", "path": "/metrics"}
+    # The controllers' metrics over TLS on the port that asks for no client certificate, verified with the CA.
+    assert controllers == {
+        "port": "enroll",
+        "path": "/metrics",
+        "scheme": "https",
+        "tlsConfig": {
+            "ca": {"configMap": {"name": "ha-ops-ca", "key": "ca.crt"}},
+            "serverName": "ha-ops-controller.ha-ops.svc",
+        },
+    }
     # ...and the ports it names are the pods' own.
     workloads = (("DaemonSet", "ha-ops-agent"), ("Deployment", "ha-ops-controller"))
     pods = [obj(mocks, kind, name)["spec"]["template"]["spec"] for kind, name in workloads]
-    assert {p["name"] for pod in pods for p in pod["containers"][0]["ports"]} == {"metrics", "http"}
+    assert {p["name"] for pod in pods for p in pod["containers"][0]["ports"]} == {"metrics", "http", "enroll"}
 
 
 def test_without_the_operator_the_alert_rules_are_a_rule_file_in_a_config_map(mocks: Harness) -> None:
@@ -347,3 +380,22 @@ def test_a_lab_without_gpus_gives_the_agent_fake_ones_and_its_own_tolerations(mo
     assert (config.backend, str(config.fake_dir)) == ("fake", "/run/ha-ops-node/gpus")
     build_default = K8sLayerConfig()
     assert build_default.agent_fake_gpus_dir == "" and build_default.agent_tolerations == []  # NVML by default
+
+
+def test_the_controllers_ship_their_audit_entries_to_a_collector_with_their_own_certificates() -> None:
+    from ha_ops.iac.k8s_manifests import K8sLayerConfig, controller_config, controller_pod_spec, network_policies
+    from ha_ops.remediation.config import ControllerConfig
+
+    spec = example("lab.yaml")
+    cfg = K8sLayerConfig(audit_sink={"address": "10.0.0.53", "port": 6514})
+    config = ControllerConfig.model_validate(controller_config(spec, cfg, "gpu", ["gpu1"]))
+    assert config.audit_sink is not None and config.tls is not None
+    assert (config.audit_sink.address, config.audit_sink.port) == ("10.0.0.53", 6514)
+    assert config.audit_sink.tls == config.tls  # the certificate the controller issued itself, naming the Service
+    pod = controller_pod_spec(spec, cfg, "image")
+    mounts = {m["mountPath"]: m.get("readOnly", False) for m in pod["containers"][0]["volumeMounts"]}
+    assert mounts[str(config.audit_sink.marker_file.parent)] is False  # in a volume: the root file system is read-only
+    egress = network_policies(spec, cfg)["controller-to-audit-sink"]["egress"]
+    assert egress == [{"to": [{"ipBlock": {"cidr": "10.0.0.53/32"}}], "ports": [{"port": 6514, "protocol": "TCP"}]}]
+    with pytest.raises(ValueError, match="audit_sink: needs issuer_secret"):
+        K8sLayerConfig(audit_sink={"address": "10.0.0.53"}, issuer_secret=None)
