@@ -6,6 +6,7 @@ import os
 import secrets
 import sys
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -96,7 +97,7 @@ def render_config(ctx: LabContext, node: str) -> dict:
         "peers": base_urls(ctx),
         **where,
         "audit_key_file": str(audit_key_path(ctx, node)),
-        **({"tls": lab_tls.config_block(ctx, f"controller-{node}")} if lab_tls.enabled(ctx) else {}),
+        **(tls_section(ctx, node) if lab_tls.enabled(ctx) else {}),
         **({"audit_sink": audit_sink.controller_config(ctx, node)} if audit_sink.enabled(ctx) else {}),
         "partition": ctx.spec.gpu_partition,
         "pools": pools,
@@ -170,3 +171,9 @@ def controller_services(ctx: LabContext) -> list[ServiceDef]:
         )
         for n in ctx.layout.nodes_with_role("controller")
     ]
+
+
+def tls_section(ctx: LabContext, node: str) -> dict[str, Any]:
+    """The controller's certificate, and the issuer with which it renews others' (`ha-ops pki renew`)."""
+    return {"tls": lab_tls.config_block(ctx, f"controller-{node}"),
+            "certificates": {"issuer": lab_tls.issuer_files(ctx).model_dump(mode="json")}}  # fmt: skip

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from ha_ops.lab.context import LabContext
 from ha_ops.security import pki
+from ha_ops.security.issuer import IssuerFiles
 from ha_ops.security.pki import CertificateAuthority
 from ha_ops.security.tls import ReloadingContext, TlsFiles
 
@@ -48,6 +49,13 @@ def prepare(ctx: LabContext) -> None:
         ca = _ca(ctx)
         for name, (cn, roles, servers) in identities(ctx).items():
             ca.issue(name, cn, groups=roles, server_names=servers, validity=LIFETIME)
+        if not issuer_files(ctx).cert_file.exists():
+            ca.issue_issuer()
+
+
+def issuer_files(ctx: LabContext) -> IssuerFiles:
+    """The controllers' issuing CA (ha_ops.security.issuer), signed by the lab's CA: they renew certificates."""
+    return IssuerFiles(cert_file=folder(ctx) / "issuer.crt", key_file=folder(ctx) / "issuer.key")
 
 
 def rotate(ctx: LabContext, lifetime: dt.timedelta = LIFETIME) -> list[str]:

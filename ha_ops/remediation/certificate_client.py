@@ -73,7 +73,8 @@ def enroll(files: TlsFiles, enrollment: Enrollment, timeout: float = 10.0) -> dt
             with urllib.request.urlopen(request, timeout=timeout, context=context) as response:
                 answer = json.loads(response.read())
         except urllib.error.HTTPError as exc:
-            seen.append(f"{url}: HTTP {exc.code}: {exc.read().decode(errors='replace').strip()}")
+            with exc:
+                seen.append(f"{url}: HTTP {exc.code}: {exc.read().decode(errors='replace').strip()}")
             continue
         except (urllib.error.URLError, OSError, ValueError) as exc:
             seen.append(f"{url}: {exc}")

@@ -25,6 +25,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from ha_ops.errors import SpecError
 from ha_ops.health.report import AgentReport
 from ha_ops.remediation import history, monitoring_watch, policy, safety
 from ha_ops.remediation.audit import AuditHead, AuditLog, Prepared, read_key
@@ -84,8 +85,6 @@ class Controller:
         self._known = {n for pool in config.pools.values() for n in (*pool.nodes, *pool.spares)}
         # Its own certificate issued before anything loads it (the API's server, the audit shipper).
         self.certificates = make_certificates(config, self._known)
-        if self.certificates is not None:
-            self.certificates.keep_own()
         self.shipper = AuditShipper(config.audit_sink, config.id) if config.audit_sink is not None else None
         key = read_key(config.audit_key_file) if config.audit_key_file else None
         self.audit = AuditLog(self.documents, key=key, sink=self.shipper)
@@ -909,7 +908,8 @@ def make_lease(config: ControllerConfig, clock: Callable[[], float]) -> LeaderLe
 
 
 def make_certificates(config: ControllerConfig, nodes: set[str]) -> CertificateService | None:
-    """The issuing side, with the API server's token review when agents enroll; None without `certificates`."""
+    """The issuing side, with the API server's token review when agents enroll, and this controller's own
+    certificate issued if it has none; None without `certificates`."""
     if config.certificates is None:
         return None
     assert config.tls is not None  # (the config's validator)
@@ -920,7 +920,15 @@ def make_certificates(config: ControllerConfig, nodes: set[str]) -> CertificateS
 
         review = token_reviewer(client_from_kubeconfig(config.kubernetes.kubeconfig),
                                 config.certificates.enrollment.audience)  # fmt: skip
-    return CertificateService(config.certificates, config.tls, config.id, nodes, review)
+    try:
+        service = CertificateService(config.certificates, config.tls, config.id, nodes, review)
+    except ValueError as exc:  # the issuer's files missing or not a certificate and key: named, at start
+        raise SpecError("certificates.issuer", [str(exc)]) from None
+    try:
+        service.keep_own()  # its own certificate, when it serves at names of its own and has none yet
+    except (OSError, ValueError) as exc:
+        raise SpecError("tls.cert_file", [f"cannot write this controller's own certificate: {exc}"]) from None
+    return service
 
 
 def make_documents(config: ControllerConfig) -> Documents:

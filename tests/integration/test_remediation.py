@@ -316,6 +316,36 @@ def test_callers_without_the_right_certificate_are_refused(lab: Lab, slurm: Slur
     wait_for("gpu3 returned", lambda: phase(lab, "gpu3") == "returned", timeout=40, interval=0.3)
 
 
+def test_a_certificate_is_renewed_through_the_controllers_for_the_identity_it_presents(lab: Lab) -> None:
+    """Issue 20: the controllers hold an issuing CA (an intermediate of the lab's CA) and renew any part's
+    certificate, over mutual TLS with the one it holds: a new key, the same identity, whatever the request names; no
+    Ansible run and no CA key on the part's host. Either controller issues, the standby too."""
+    from cryptography import x509
+
+    from ha_ops.lab import tls
+    from ha_ops.security.issuer import new_request
+    from ha_ops.security.pki import store
+
+    ctl = leader(lab)
+    assert ctl is not None
+    standby = next(n for n in controller_nodes(lab) if n != ctl)
+    renewed = tls.files(lab.ctx, "renewed-gpu2")
+    for controller, identity in ((ctl, "agent-gpu2"), (standby, "renewed-gpu2")):
+        key, csr = new_request("gpu3")  # the CN asked for is not the one given
+        status, answer = call_controller(lab, controller, "/v1/certificates", json.dumps({"csr": csr}).encode(),
+                                         identity=identity)  # fmt: skip
+        assert status == 200, answer
+        store(renewed.cert_file, renewed.key_file, key, answer["certificate"])
+        leaf, issuer = x509.load_pem_x509_certificates(renewed.cert_file.read_bytes())
+        assert leaf.subject.rfc4514_string() == "CN=gpu2,O=ha-ops:agents" and leaf.issuer == issuer.subject
+    # Used as gpu2's, it chains to the lab's CA and carries gpu2's rights, no more.
+    report = {"schema": "ha-ops/agent-report", "version": 1, "node": "gpu3", "seq": 1, "agent_id": "renewed",
+              "sent_at": time.time(), "state": "healthy", "action": "none", "reason": ""}  # fmt: skip
+    status, answer = call_controller(lab, ctl, "/v1/reports", json.dumps(report).encode(), identity="renewed-gpu2")
+    assert status == 403 and "the certificate of gpu2 may not report for gpu3" in answer["error"], answer
+    assert call_controller(lab, ctl, "/v1/state", identity="renewed-gpu2")[0] == 403
+
+
 def test_the_shipped_audit_copy_outlives_the_local_log_and_names_an_edit(lab: Lab, tmp_path: Path) -> None:
     """Issue 20: each entry reaches the central sink (rsyslog on the monitoring node, syslog over TLS from the
     controller's certificate); `audit verify --shipped` finds every local entry there, names an entry edited locally

@@ -326,3 +326,17 @@ def test_a_controller_issues_its_own_certificate_before_anything_loads_it(
     assert subject(cert) == ("pod-a", {"ha-ops:controllers"})
     names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     assert names.get_values_for_type(x509.DNSName) == ["ha-ops-controller.ha-ops.svc"]
+
+
+def test_a_controller_whose_issuer_does_not_load_stops_at_start_naming_it(tmp_path: Path) -> None:
+    from ha_ops.errors import SpecError
+    from ha_ops.remediation.controller import make_certificates
+
+    config = ControllerConfig.model_validate({
+        "id": "c", "state_dir": str(tmp_path), "pools": {"p": {"nodes": ["n1"]}},
+        "tls": {"ca_file": "ca.crt", "cert_file": "a.crt", "key_file": "a.key"},
+        "certificates": {"issuer": {"cert_file": str(tmp_path / "missing.crt"), "key_file": str(tmp_path / "k")}},
+    })  # fmt: skip
+    with pytest.raises(SpecError) as refused:
+        make_certificates(config, {"n1"})
+    assert "certificates.issuer" in str(refused.value) and "missing.crt" in str(refused.value)
