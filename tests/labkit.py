@@ -234,3 +234,42 @@ def script_env(script: str) -> dict[str, str]:
         key, _, value = line.removeprefix("export ").partition("=")
         env[key] = value
     return env
+
+
+def firewall_matrix_problems(lab: Lab) -> list[str]:
+    """The host firewalls probed: every host pair and every TCP port some flow opens, from inside the source's
+    namespace. An allowed flow must answer (accepted, or refused where nothing listens: the SYN got in), a blocked
+    one get no answer at all (dropped), and each host's drop counter count them. What differs, one line each."""
+    import errno
+    import os
+    from collections import Counter
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ha_ops.errors import TransportError
+    from ha_ops.lab import firewall, netns
+    from ha_ops.security.firewall import matrix
+
+    assert firewall.enabled(lab.ctx)
+    layout = lab.ctx.layout
+    before = {n.name: firewall.dropped(lab.ctx, n.name) for n in layout.nodes}
+
+    def answered(src: str, dst: str, port: int) -> bool:
+        try:
+            netns.connect_in(lab.ctx.netns(src), (str(layout.node(dst).address), port), timeout=1.0).close()
+            return True
+        except TransportError as exc:
+            # connect_in names the errno's text: refused means the SYN got in and nothing listens there
+            return os.strerror(errno.ECONNREFUSED) in str(exc)
+
+    table = matrix(lab.spec, layout)
+    with ThreadPoolExecutor(max_workers=48) as pool:
+        seen = list(pool.map(lambda row: answered(*row[:3]), table))
+    wrong = [f"{s} -> {d}:{p}: {'answered' if got else 'dropped'}, the spec says {'allowed' if ok else 'blocked'}"
+             for (s, d, p, ok), got in zip(table, seen, strict=True) if got != ok]  # fmt: skip
+    blocked = Counter(d for s, d, p, ok in table if not ok)
+    if sum(blocked.values()) <= 100 or sum(ok for *_, ok in table) <= 50:
+        wrong.append(f"too few probes to mean anything: {len(table)}, blocked {dict(blocked)}")
+    for node, count in blocked.items():  # each dropped probe counted (retransmitted SYNs count again)
+        if firewall.dropped(lab.ctx, node) - before[node] < count:
+            wrong.append(f"{node}: its drop counter counted fewer than the {count} probes it dropped")
+    return wrong

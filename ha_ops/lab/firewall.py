@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ha_ops.lab import mgmt
+from ha_ops.lab import kubelets, mgmt
 from ha_ops.lab.context import LabContext
 from ha_ops.lab.netns import NETNS_DIR
 from ha_ops.security.firewall import Rule, dropped_packets, host_rules, render_nft
@@ -18,7 +18,12 @@ def enabled(ctx: LabContext) -> bool:
 
 
 def rules(ctx: LabContext, host: str) -> list[Rule]:
-    return host_rules(ctx.spec, ctx.layout, host, admin=(str(mgmt.operator_address(ctx)),))
+    found = host_rules(ctx.spec, ctx.layout, host, admin=(str(mgmt.operator_address(ctx)),))
+    if ctx.spec.kubernetes is not None and host in kubelets.names(ctx):
+        # The lab's stand-in for kube-proxy: pods reach the API through the relay on their node's Service address
+        # (ha_ops.lab.api_proxy), so the node itself takes that port from its pods.
+        found.append(Rule("kubernetes-service (the lab's relay)", (str(ctx.spec.kubernetes.pod_cidr),), (443, 443)))
+    return found
 
 
 def ruleset_path(ctx: LabContext, host: str) -> Path:

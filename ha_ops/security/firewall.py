@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass
 from ipaddress import IPv4Network
 
-from ha_ops.spec.layout import Layout
+from ha_ops.spec.layout import Layout, NodeLayout
 from ha_ops.spec.model import ClusterSpec
 
 SSH = 22
@@ -23,8 +23,14 @@ MOOSEFS_MASTER = (9419, 9421)  # metalogger, chunkservers, clients
 MOOSEFS_CHUNKSERVER = 9422
 STORAGE_EXPORTER = 9425
 
+KUBELET = 10250
+
 ANY_HOST = "*"  # a flow to (or from) every host of the cluster
 ADMIN = "admin"  # the spec's firewall.admin_sources
+PODS = "pods"  # the spec's kubernetes.pod_cidr: pods reaching hosts' services over a routed pod network
+# Roles a host has on Kubernetes, beside its spec roles (roles_of).
+K8S_NODE = "kubernetes-node"  # runs a kubelet: every GPU node, the lab's kubelet nodes, the API servers' hosts
+K8S_API = "kubernetes-api"  # runs kube-apiserver (kubernetes.api_server_hosts)
 
 
 @dataclass(frozen=True)
@@ -69,21 +75,33 @@ def flows(spec: ClusterSpec) -> list[Flow]:
             Flow("slurmd", "gpu", ("controller", "gpu"), _one(SLURMD), "slurmctld, and slurmd's step fan-out"),
             Flow("srun", ANY_HOST, ("controller", "gpu"), SRUN_PORTS, "slurmctld, slurmd back to srun (SrunPortRange)"),
         ]
+    k8s = spec.kubernetes
+    pods = (PODS,) if k8s is not None else ()  # the layer's controller pods: their watch, their audit entries
     mon = spec.monitoring
-    out.append(Flow("agent-metrics", "gpu", ("monitoring", ADMIN), _one(mon.agent_port), "Prometheus scrapes"))
-    out.append(
-        Flow("prometheus", "monitoring", ("controller", ADMIN), _one(mon.prometheus_port), "the controllers' watch")
-    )
-    out.append(
-        Flow("alertmanager", "monitoring", ("controller", ADMIN), _one(mon.alertmanager_port), "the controllers' alert")
-    )
+    out += [
+        Flow("agent-metrics", "gpu", ("monitoring", ADMIN), _one(mon.agent_port), "Prometheus scrapes"),
+        Flow("prometheus", "monitoring", ("controller", *pods, ADMIN), _one(mon.prometheus_port),
+             "the controllers' watch"),
+        Flow("alertmanager", "monitoring", ("controller", *pods, ADMIN), _one(mon.alertmanager_port),
+             "the controllers' alert"),
+    ]  # fmt: skip
     if spec.remediation is not None:
         out.append(
             Flow("ha-ops-api", "controller", ("gpu", "monitoring", "controller", ADMIN), _one(spec.remediation.port),
                  "agents' reports, Prometheus' scrape, Alertmanager's webhook, the peer, operators"),
         )  # fmt: skip
         if spec.remediation.tls:
-            out.append(Flow("audit-sink", "monitoring", ("controller",), _one(AUDIT_SINK), "the audit entries"))
+            out.append(Flow("audit-sink", "monitoring", ("controller", *pods), _one(AUDIT_SINK), "the audit entries"))
+    if k8s is not None:
+        out += [
+            Flow("kubelet", K8S_NODE, (K8S_API, "monitoring", ADMIN), _one(KUBELET),
+                 "the API server (logs, exec, port-forward), metrics scrapes"),
+            *([Flow("kube-apiserver", K8S_API, (ANY_HOST, PODS, ADMIN), _one(k8s.api_port),
+                    "kubelets, controllers, pods (through their Service), operators")] if k8s.api_server_hosts else []),
+            *(Flow(f"pod-network-{entry.replace('/', '-')}", K8S_NODE, (K8S_NODE,), _range(entry),
+                   "the pod network's own traffic between nodes", entry.split("/")[1])
+              for entry in k8s.pod_network_ports),
+        ]  # fmt: skip
     if spec.storage is not None and spec.storage.kind == "moosefs":
         masters = ("storage_master", "storage_metalogger")  # (the metalogger's node is promoted to master)
         out += [
@@ -95,23 +113,43 @@ def flows(spec: ClusterSpec) -> list[Flow]:
     return out
 
 
+def _range(entry: str) -> tuple[int, int]:
+    low, _, high = entry.split("/")[0].partition("-")
+    return int(low), int(high or low)
+
+
+def roles_of(spec: ClusterSpec, node: NodeLayout) -> tuple[str, ...]:
+    """A host's spec roles, and on Kubernetes whether it runs a kubelet (K8S_NODE) or the API server (K8S_API)."""
+    k8s = spec.kubernetes
+    if k8s is None:
+        return node.roles
+    extra = []
+    if "gpu" in node.roles or node.name in k8s.kubelet_nodes or node.name in k8s.api_server_hosts:
+        extra.append(K8S_NODE)
+    if node.name in k8s.api_server_hosts:
+        extra.append(K8S_API)
+    return (*node.roles, *extra)
+
+
 def host_rules(spec: ClusterSpec, layout: Layout, host: str, admin: tuple[str, ...] = ()) -> list[Rule]:
     """What `host` accepts: for each flow to one of its roles, the addresses allowed. `admin` adds sources to the
     spec's admin_sources (the lab's operator on its management network)."""
-    node = layout.node(host)
+    roles = {n.name: roles_of(spec, n) for n in layout.nodes}
     addresses = {n.name: str(n.address) for n in layout.nodes}
     admins = tuple(_cidr(a) for a in (*(spec.firewall.admin_sources if spec.firewall else ()), *admin))
     rules = []
     for flow in flows(spec):
-        if flow.to != ANY_HOST and flow.to not in node.roles:
+        if flow.to != ANY_HOST and flow.to not in roles[host]:
             continue
         sources: list[str] = []
         for source in flow.sources:
             if source == ADMIN:
                 sources += admins
+            elif source == PODS:
+                sources.append(_cidr(spec.kubernetes.pod_cidr) if spec.kubernetes is not None else "")
             else:
-                sources += [addresses[n.name] for n in layout.nodes if source == ANY_HOST or source in n.roles]
-        unique = tuple(dict.fromkeys(s for s in sources if s != addresses[host]))  # (its own: through lo)
+                sources += [addresses[n.name] for n in layout.nodes if source == ANY_HOST or source in roles[n.name]]
+        unique = tuple(dict.fromkeys(s for s in sources if s and s != addresses[host]))  # (its own: through lo)
         if unique:
             rules.append(Rule(flow.name, unique, flow.ports, flow.proto))
     return rules
@@ -161,9 +199,9 @@ def dropped_packets(listing: str) -> int:
 
 
 def matrix(spec: ClusterSpec, layout: Layout) -> list[tuple[str, str, int, bool]]:
-    """(from host, to host, port, allowed) for every host pair and every port some flow opens: the table a lab
+    """(from host, to host, port, allowed) for every host pair and every TCP port some flow opens: the table a lab
     test probes and docs/security.md shows."""
-    ports = sorted({f.ports[0] for f in flows(spec)})
+    ports = sorted({f.ports[0] for f in flows(spec) if f.proto == "tcp"})
     out = []
     for dst in layout.nodes:
         accepted = host_rules(spec, layout, dst.name)
@@ -171,6 +209,7 @@ def matrix(spec: ClusterSpec, layout: Layout) -> list[tuple[str, str, int, bool]
             if src.name == dst.name:
                 continue
             for port in ports:
-                allowed = any(str(src.address) in r.sources and r.ports[0] <= port <= r.ports[1] for r in accepted)
+                allowed = any(str(src.address) in r.sources and r.ports[0] <= port <= r.ports[1] and r.proto == "tcp"
+                              for r in accepted)  # fmt: skip
                 out.append((src.name, dst.name, port, allowed))
     return out

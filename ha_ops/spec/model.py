@@ -205,13 +205,14 @@ class Remediation(StrictModel):
     # lease and state then kept in the API. Game days and runbook checks judge the same scheduler.
     scheduler: Literal["slurm", "kubernetes"] = "slurm"
     # The controllers' API over mutual TLS, every caller with a certificate of the cluster's CA (docs/security.md).
-    # The lab issues them from its own CA; on a cluster the ha_ops_pki role or cert-manager (not written yet).
+    # The lab issues them from its own CA; on a cluster the ha_ops_pki role, or the controllers' own issuer.
     tls: bool = False
 
 
 class Firewall(StrictModel):
     """Host firewalls (nftables, ha_ops.security.firewall): each host accepts only the flows the cluster needs
-    between its hosts' roles (Slurm, ssh, metrics, storage, the ha-ops API), and drops the rest."""
+    between its hosts' roles (Slurm, ssh, metrics, storage, the ha-ops API; with `kubernetes` the kubelet's, the
+    API server's, the pod network's and the pods' own), and drops the rest."""
 
     admin_sources: list[Cidr] = Field(
         default_factory=list,
@@ -233,6 +234,17 @@ class Kubernetes(StrictModel):
     # (ha_ops/lab/kubelets.py). A GPU node named here registers itself instead of through KWOK, with its fake GPUs
     # advertised as `nvidia.com/gpu`; it is tainted so that only the agent, not the lab's pretend workloads, runs there.
     kubelet_nodes: list[HostName] = Field(default_factory=list, max_length=8)
+    # For the host firewalls (ha_ops.security.firewall): the pods' addresses (a routed pod network: pods reach the
+    # hosts' services from these; the lab's real pods are in 10.245.0.0/16, KWOK's in 10.244.0.0/16), the hosts that
+    # run kube-apiserver (empty: none of the spec's hosts, e.g. a managed control plane, or the lab's on the
+    # operator's machine, reached through admin_sources), and the ports the pod network's own traffic needs between
+    # nodes, as `PORT/PROTO` or `LOW-HIGH/PROTO` (e.g. 8472/udp for VXLAN, 179/tcp for Calico's BGP; none for a
+    # network routed without an overlay, as the lab's).
+    pod_cidr: Cidr = IPv4Network("10.244.0.0/15")
+    api_server_hosts: list[HostName] = Field(default_factory=list, max_length=16)
+    pod_network_ports: list[Annotated[str, StringConstraints(pattern=r"^\d{1,5}(-\d{1,5})?/(tcp|udp)$")]] = Field(
+        default_factory=list, max_length=32
+    )
 
 
 class Images(StrictModel):
@@ -381,9 +393,13 @@ def _rule_problems(spec: ClusterSpec) -> list[str]:
         for name, n in Counter(spec.kubernetes.kubelet_nodes).items():
             if n > 1:
                 problems.append(f"kubernetes.kubelet_nodes: {name!r} is named twice")
-        if spec.firewall is not None:
-            # Its flows are the hosts' roles'; kubelets, pod networks and Services' are not among them yet.
-            problems.append("firewall: the host firewall does not know Kubernetes' flows yet; leave one of the two out")
+        for i, name in enumerate(spec.kubernetes.api_server_hosts):
+            if name not in spec.host_names():
+                problems.append(f"kubernetes.api_server_hosts[{i}]: {name!r} is not a host of the spec")
+        for i, entry in enumerate(spec.kubernetes.pod_network_ports):
+            low, _, high = entry.split("/")[0].partition("-")
+            if not 1 <= int(low) <= int(high or low) <= 65535:
+                problems.append(f"kubernetes.pod_network_ports[{i}]: {entry!r} is not a port or an ascending range")
 
     fab = spec.fabric
     if fab.uplinks_per_leaf > fab.spines:

@@ -68,7 +68,7 @@ from ha_ops.security.tls import ReloadingContext, TlsFiles
 from ha_ops.spec import parse_spec
 from ha_ops.spec.model import Kubernetes
 from ha_ops.util.wait import wait_for
-from tests.labkit import REPO, lab_spec, running_lab
+from tests.labkit import REPO, firewall_matrix_problems, lab_spec, running_lab
 
 pytestmark = [pytest.mark.lab, pytest.mark.tools]  # the lab, and the Go-built tools
 
@@ -86,8 +86,8 @@ def klab() -> Iterator[Lab]:
     base = lab_spec(LAB_NAME)
     pools = [base.pools[0].model_copy(update={"count": 5})]
     kube = Kubernetes(kubelet_nodes=["ctl1", "ctl2", GPU_KUBELET])
-    # (no host firewall: it does not know Kubernetes' flows yet, and the spec refuses both together)
-    update = {"pools": pools, "kubernetes": kube, "firewall": None}
+    # (the host firewalls on, as in examples/lab.yaml: with Kubernetes' flows)
+    update = {"pools": pools, "kubernetes": kube}
     spec = parse_spec(base.model_copy(update=update).model_dump(mode="json"))
     started = time.monotonic()
     with running_lab(Lab(spec, LabPaths.for_lab(LAB_NAME))) as lab:
@@ -120,6 +120,15 @@ def test_the_gpu_nodes_are_ready_nodes_with_their_gpus_and_failure_domains(klab:
         assert (labels[kubernetes.ZONE_LABEL], labels[kubernetes.RACK_LABEL]) == (domain.zone, domain.rack)
         assert node["status"]["allocatable"][kubernetes.GPU_RESOURCE] == str(layout[name].gpus)
     assert klab.status()["kubernetes"]["api_server"] == kubernetes.api_server(klab.ctx)
+
+
+def test_the_host_firewalls_let_in_exactly_the_flows_of_the_cluster_with_kubernetes(klab: Lab) -> None:
+    """Issue 20 on Kubernetes: the matrix of every host pair and port, the kubelet's among them, probed as in the
+    plain lab. The real pods behind their nodes' firewalls still reach the API (the agent pod's condition, the
+    controller pods' Lease: the layer test) and the monitoring host's audit sink (the layer test's shipped entries):
+    the pods' addresses, the spec's kubernetes.pod_cidr, may reach it."""
+    assert klab.spec.firewall is not None and klab.spec.kubernetes is not None
+    assert firewall_matrix_problems(klab) == []
 
 
 def test_tls_and_rbac_are_enforced(klab: Lab, api: Client) -> None:

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
-from collections import Counter
 
 import pytest
 
@@ -16,6 +14,7 @@ from ha_ops.lab import fabric, netns, sshd
 from ha_ops.lab.cluster import Lab
 from ha_ops.transport import SSHTransport
 from ha_ops.util.wait import wait_for
+from tests.labkit import firewall_matrix_problems
 
 pytestmark = pytest.mark.lab
 
@@ -33,34 +32,7 @@ def test_the_host_firewalls_let_in_exactly_the_flows_the_cluster_needs(lab: Lab)
     """Issue 20: every host pair and every port some flow opens, probed from inside the source's namespace: an
     allowed flow answers (accepted, or refused where nothing listens: the SYN got in), a blocked one gets no answer
     at all (dropped), and each host's drop counter counts them. The rest of the suite runs with them on."""
-    import errno
-    from concurrent.futures import ThreadPoolExecutor
-
-    from ha_ops.lab import firewall
-    from ha_ops.security.firewall import matrix
-
-    assert firewall.enabled(lab.ctx)
-    layout = lab.ctx.layout
-    before = {n.name: firewall.dropped(lab.ctx, n.name) for n in layout.nodes}
-
-    def answered(src: str, dst: str, port: int) -> bool:
-        try:
-            netns.connect_in(lab.ctx.netns(src), (str(layout.node(dst).address), port), timeout=1.0).close()
-            return True
-        except TransportError as exc:
-            # connect_in names the errno's text: refused means the SYN got in and nothing listens there
-            return os.strerror(errno.ECONNREFUSED) in str(exc)
-
-    table = matrix(lab.spec, layout)
-    with ThreadPoolExecutor(max_workers=48) as pool:
-        seen = list(pool.map(lambda row: answered(*row[:3]), table))
-    wrong = [f"{s} -> {d}:{p}: {'answered' if got else 'dropped'}, the spec says {'allowed' if ok else 'blocked'}"
-             for (s, d, p, ok), got in zip(table, seen, strict=True) if got != ok]  # fmt: skip
-    assert wrong == [], wrong
-    blocked = Counter(d for s, d, p, ok in table if not ok)
-    assert sum(blocked.values()) > 100 and sum(ok for *_, ok in table) > 50, (blocked, len(table))
-    for node, count in blocked.items():  # each dropped probe counted (retransmitted SYNs count again)
-        assert firewall.dropped(lab.ctx, node) - before[node] >= count, node
+    assert firewall_matrix_problems(lab) == []
 
 
 def test_bgp_established_and_ecmp_installed(lab: Lab) -> None:

@@ -112,11 +112,49 @@ def test_the_inventory_hands_each_host_its_ruleset(full) -> None:  # type: ignor
     assert set(hosts) == {n.name for n in layout.nodes}
 
 
-def test_a_spec_with_kubernetes_and_a_firewall_is_refused() -> None:
-    """Its flows are the hosts' roles'; a Kubernetes cluster's (kubelets, pod networks, Services) are not there yet:
-    pods' traffic to the node would be dropped (the lab's agent pod on a kubelet node reached no API)."""
-    with pytest.raises(SpecError, match="firewall: the host firewall does not know Kubernetes' flows yet"):
-        with_extra("\nkubernetes: {}\n")
+def test_on_kubernetes_kubelets_the_api_server_the_pod_network_and_pods_reaching_hosts_are_flows(full) -> None:  # type: ignore[no-untyped-def]
+    """With `kubernetes`: every GPU node (and kubelet or API server host) takes the kubelet's port from the API
+    servers, monitoring and admins; the API servers take theirs from every host, the pods and admins; the pod
+    network's own ports pass between nodes (udp too); and pods (the layer's controller pods) reach the monitoring
+    host's Prometheus, Alertmanager and audit sink, which they could not before (the lab's pods' traffic to the
+    sink was dropped)."""
+    _, layout = full
+    spec = with_extra("\nfirewall: {}\nkubernetes: {api_server_hosts: [ctl1], kubelet_nodes: [ctl2], "
+                      "pod_network_ports: [8472/udp, 179/tcp]}\n")  # fmt: skip
+    address = {n.name: str(n.address) for n in layout.nodes}
+
+    def accepts(host: str) -> dict[str, Rule]:
+        return {r.name: r for r in host_rules(spec, layout, host)}
+
+    gpu1, ctl1, ctl2, mon1 = (accepts(h) for h in ("gpu1", "ctl1", "ctl2", "mon1"))
+    assert gpu1["kubelet"].ports == (10250, 10250) and address["ctl1"] in gpu1["kubelet"].sources
+    assert address["mon1"] in gpu1["kubelet"].sources and address["gpu2"] not in gpu1["kubelet"].sources
+    assert "kubelet" in ctl2 and "kubelet" in ctl1  # a kubelet node, and the API server's host
+    assert "kube-apiserver" in ctl1 and "kube-apiserver" not in ctl2
+    assert {address["gpu1"], "10.244.0.0/15"} <= set(ctl1["kube-apiserver"].sources)
+    vxlan = gpu1["pod-network-8472-udp"]
+    assert (vxlan.proto, vxlan.ports) == ("udp", (8472, 8472)) and address["ctl2"] in vxlan.sources
+    assert "pod-network-8472-udp" not in mon1  # not a Kubernetes node
+    for flow in ("audit-sink", "prometheus", "alertmanager"):
+        assert "10.244.0.0/15" in mon1[flow].sources, flow
+    assert "udp dport 8472 accept" in render_nft("gpu1", host_rules(spec, layout, "gpu1"))
+    assert {p for *_, p, _ in matrix(spec, layout)} >= {10250, 179} and 8472 not in {p for *_, p, _ in
+                                                                                     matrix(spec, layout)}  # fmt: skip
+    # Without kubernetes nothing of it, and pods reach nothing.
+    plain = {r.name: r for r in host_rules(with_extra("\nfirewall: {}\n"), layout, "mon1")}
+    assert "kubelet" not in {f.name for f in flows(with_extra("\nfirewall: {}\n"))}
+    assert all("10.244.0.0/15" not in r.sources for r in plain.values())
+
+
+@pytest.mark.parametrize(("extra", "problem"), [
+    ("kubernetes: {api_server_hosts: [nope]}", "kubernetes.api_server_hosts[0]: 'nope' is not a host"),
+    ("kubernetes: {pod_network_ports: [9000-8000/tcp]}", "kubernetes.pod_network_ports[0]: '9000-8000/tcp'"),
+    ("kubernetes: {pod_network_ports: [8472/sctp]}", "kubernetes.pod_network_ports[0]: String should match"),
+])  # fmt: skip
+def test_bad_kubernetes_firewall_fields_are_named(extra: str, problem: str) -> None:
+    with pytest.raises(SpecError) as refused:
+        with_extra(f"\n{extra}\n")
+    assert problem in str(refused.value), str(refused.value)
 
 
 # `nft -j list chain inet ha_ops input` as nftables 1.0.6 (Debian 12) printed it for a table shaped as render_nft

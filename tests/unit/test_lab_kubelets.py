@@ -119,3 +119,18 @@ def test_a_gpu_node_with_a_kubelet_registers_as_kwok_would_have_it_and_is_tainte
     assert {"gpu1", "gpu2", "gpu3"} <= {n["metadata"]["name"] for n in kubernetes.gpu_nodes(ctx)}
     argv = next(s.argv for s in kubelets.kubelet_services(ctx) if s.node == "gpu4")
     assert f"--register-with-taints={kubelets.LAB_LABEL}=true:NoSchedule" in ",".join(argv)
+
+
+def test_the_lab_pods_addresses_are_inside_the_specs_pod_cidr_which_the_firewalls_let_in(tmp_path: Path) -> None:
+    """The host firewalls take the pods' traffic to the hosts' services from kubernetes.pod_cidr: the lab's real
+    pods (kubelets.POD_CIDR) must be inside it, and each kubelet node also takes the relay's port from them."""
+    from ha_ops.lab import firewall
+
+    spec = load_spec(LAB_YAML.parent / "lab-k8s.yaml")
+    assert spec.kubernetes is not None and spec.firewall is not None
+    assert kubelets.POD_CIDR.subnet_of(spec.kubernetes.pod_cidr)
+    spec = spec.model_copy(update={"kubernetes": spec.kubernetes.model_copy(update={"kubelet_nodes": ["gpu1"]})})
+    ctx = LabContext(spec, compute_layout(spec), LabPaths(tmp_path / "lab"))
+    relay = [r for r in firewall.rules(ctx, "gpu1") if r.ports == (443, 443)]
+    assert [r.sources for r in relay] == [(str(spec.kubernetes.pod_cidr),)]
+    assert not [r for r in firewall.rules(ctx, "gpu2") if r.ports == (443, 443)]  # KWOK's: no pods of its own
