@@ -86,6 +86,10 @@ def test_config_is_valid_for_the_agent_and_as_rendered(host):
     assert f'fake_dir: "{FAKE_DIR}"' in text
     assert "enabled: false" in text  # Slurm reporting off
     assert '"pcie_replays_per_minute": 50' in text
+    # Mutual TLS, the certificate renewed through the controllers: its folder writable by the hardened service.
+    assert '"cert_file": "/etc/ha-ops/pki/agent-node.crt"' in text and "renew: true" in text
+    unit = host.check_output("systemctl show ha-ops-agent -p ReadWritePaths --value")
+    assert "/etc/ha-ops/pki" in unit
 
 
 def test_a_bad_config_is_refused_naming_the_field(host):

@@ -18,7 +18,8 @@ def own(host):
 
 def test_each_host_holds_only_its_own_identity(host, own):
     name = own[0]
-    assert sorted(host.file(PKI).listdir()) == sorted(["ca.crt", f"{name}.crt", f"{name}.key"])
+    issuer = ["issuer.crt", "issuer.key"] if name.startswith("controller") else []  # (ha_ops_pki_issuer)
+    assert sorted(host.file(PKI).listdir()) == sorted(["ca.crt", f"{name}.crt", f"{name}.key", *issuer])
     key = host.file(f"{PKI}/{name}.key")
     assert (key.user, key.group, key.mode) == ("root", "root", 0o600)
     assert host.file(f"{PKI}/{name}.crt").mode == 0o644
@@ -51,3 +52,18 @@ def test_the_renewal_issued_new_certificates_from_the_same_ca(host, own):
     assert before[f"{name}.crt"] != now
     assert before["ca.crt"] == host.check_output("openssl x509 -in %s/ca.crt -noout -serial", PKI)
     host.run_test("openssl verify -CAfile %s/ca.crt %s/%s.crt", PKI, PKI, name)
+
+
+def test_the_controller_holds_the_issuing_ca_which_signs_leaf_certificates_only(host, own):
+    if not own[0].startswith("controller"):
+        assert not host.file(f"{PKI}/issuer.key").exists  # a GPU node never holds it
+        return
+    key = host.file(f"{PKI}/issuer.key")
+    assert (key.user, key.group, key.mode) == ("root", "root", 0o600)
+    host.run_test("openssl verify -CAfile %s/ca.crt %s/issuer.crt", PKI, PKI)
+    text = host.check_output("openssl x509 -in %s/issuer.crt -noout -text", PKI)
+    assert "CA:TRUE, pathlen:0" in text
+    # Made once: the renewal (side effect) kept it.
+    before = dict(line.split(" ", 1) for line in host.file("/root/serials-before").content_string.splitlines())
+    assert before["issuer.crt"] == host.check_output("openssl x509 -in %s/issuer.crt -noout -serial", PKI)
+
