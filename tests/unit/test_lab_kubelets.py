@@ -27,7 +27,6 @@ LAB_YAML = Path(__file__).resolve().parents[2] / "examples" / "lab.yaml"
 def spec_with(kubelet_nodes: list[str]) -> Any:
     data = copy.deepcopy(yaml.safe_load(LAB_YAML.read_text()))
     data["kubernetes"] = {"kubelet_nodes": kubelet_nodes}
-    data.pop("firewall", None)  # (the host firewall does not know Kubernetes' flows: the spec refuses both)
     return parse_spec(data, "lab-variant")
 
 
