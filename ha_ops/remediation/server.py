@@ -35,12 +35,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ha_ops.health.report import AgentReport
 from ha_ops.remediation.certificates import EnrollmentRefused
 from ha_ops.security import tls
-from ha_ops.security.issuer import MAX_CSR_BYTES, RequestRefused
+from ha_ops.security.issuer import MAX_CSR_BYTES, RequestRefused, request_key
 from ha_ops.security.tls import Identity
 from ha_ops.util.bounded import Line, Token
 from ha_ops.util.names import node_name_problem
@@ -90,6 +90,12 @@ class MaintenanceEnd(BaseModel):
 class CertificateRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     csr: str = Field(min_length=1, max_length=MAX_CSR_BYTES)
+
+    @field_validator("csr")
+    @classmethod
+    def _a_request_for_a_key_it_holds(cls, csr: str) -> str:
+        request_key(csr)  # a PEM request, signed by its key, the key strong enough (RequestRefused: a ValueError)
+        return csr
 
 
 class BadRequest(Exception):

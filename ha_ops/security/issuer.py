@@ -7,7 +7,7 @@ to sign leaf certificates only (path length 0). With it a controller:
   identity (subject, names it serves at, usages) and nothing from the request but its public key: a new key and a
   new lifetime for the same identity, as EST's re-enrollment (RFC 7030, 4.2.2) does;
 - **enrolls** an agent pod on Kubernetes that has no certificate yet, for the node its service account token names
-  (ha_ops.remediation.enrollment), never a name the request chose;
+  (ha_ops.remediation.certificates), never a name the request chose;
 - issues its own serving certificate, and renews it, without a restart (the files are reloaded, tls.ReloadingContext).
 
 Every leaf is short-lived (24 hours by default) and chains to the cluster CA through the issuer: the files it writes

@@ -101,6 +101,18 @@ def _parse_webhook(path: Path) -> object:
     return parse_body(path.read_bytes(), AlertmanagerWebhook, "Alertmanager webhook")
 
 
+def _certificate_request() -> dict[str, Any]:
+    from ha_ops.security.issuer import new_request
+
+    return {"csr": new_request("gpu1")[1]}
+
+
+def _parse_certificate_request(path: Path) -> object:
+    from ha_ops.remediation.server import CertificateRequest
+
+    return parse_body(path.read_bytes(), CertificateRequest, "certificate request")
+
+
 def _verify_audit(path: Path) -> object:
     from ha_ops.remediation.audit import verify
 
@@ -156,6 +168,7 @@ PARSERS: dict[str, tuple[Callable[[], Any], str, Callable[[Path], object]]] = {
     "chaos experiment": (_yaml_file("chaos/experiments/gpu-xid79.yaml"), "yaml", _load_experiment),
     "agent report (API)": (_report, "json", _parse_report),
     "Alertmanager webhook (API)": (_webhook, "json", _parse_webhook),
+    "certificate request (API)": (_certificate_request, "json", _parse_certificate_request),
     "controller state": (_state, "json", _read_state),
     "fault journal": (_journal, "json", _read_journal),
     "audit log": (lambda: None, "audit", _verify_audit),
