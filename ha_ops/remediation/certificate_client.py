@@ -43,6 +43,24 @@ def _usable(files: TlsFiles, now: dt.datetime) -> bool:
     return start <= now < end and files.key_file.exists()
 
 
+def _store(files: TlsFiles, key: bytes, answer: dict, url: str) -> dt.datetime:
+    """The answer's certificate and the new key, once the certificate is shown to be for that key (a pair that does
+    not match would stop every later handshake); its expiry."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+
+    try:
+        leaf = x509.load_pem_x509_certificates(str(answer["certificate"]).encode())[0]
+        ours = serialization.load_pem_private_key(key, password=None).public_key()
+        matches = leaf.public_key() == ours
+    except (KeyError, TypeError, ValueError, IndexError) as exc:
+        raise TransportError(f"{url}: the answer holds no certificate ({exc})") from None
+    if not matches:
+        raise TransportError(f"{url}: the certificate answered is not for the key that was sent")
+    store(files.cert_file, files.key_file, key, str(answer["certificate"]))
+    return leaf.not_valid_after_utc
+
+
 def renew(files: TlsFiles, urls: list[str], timeout: float = 10.0) -> dt.datetime:
     """A new certificate for the identity in `files`, from the first controller that issues it; its expiry."""
     key, csr = new_request("renewal")
@@ -50,11 +68,9 @@ def renew(files: TlsFiles, urls: list[str], timeout: float = 10.0) -> dt.datetim
     for url in urls:
         try:
             answer = call(f"{base_url(url)}/v1/certificates", "POST", files, {"csr": csr}, timeout)
+            return _store(files, key, answer, url)
         except TransportError as exc:
             seen.append(str(exc))
-            continue
-        store(files.cert_file, files.key_file, key, answer["certificate"])
-        return validity(files.cert_file)[1]
     raise TransportError(f"no controller renewed {files.cert_file}: {'; '.join(seen)}")
 
 
@@ -79,8 +95,10 @@ def enroll(files: TlsFiles, enrollment: Enrollment, timeout: float = 10.0) -> dt
         except (urllib.error.URLError, OSError, ValueError) as exc:
             seen.append(f"{url}: {exc}")
             continue
-        store(files.cert_file, files.key_file, key, answer["certificate"])
-        return validity(files.cert_file)[1]
+        try:
+            return _store(files, key, answer, url)
+        except TransportError as exc:
+            seen.append(str(exc))
     raise TransportError(f"no controller enrolled {files.cert_file}: {'; '.join(seen)}")
 
 
@@ -90,7 +108,6 @@ class Renewer:
 
     def __init__(self, files: TlsFiles, urls: list[str], enrollment: Enrollment | None = None) -> None:
         self.files, self.urls, self.enrollment = files, urls, enrollment
-        self.renewals = 0
 
     def step(self, now: dt.datetime | None = None) -> bool:
         """Renew or enroll when due; whether a new certificate was stored."""
@@ -103,7 +120,6 @@ class Renewer:
             enroll(self.files, self.enrollment)
         else:
             raise TransportError(f"{self.files.cert_file}: no valid certificate to renew with, and no enrollment")
-        self.renewals += 1
         return True
 
     def ensure(self, stop: threading.Event, retry_s: float = 2.0) -> None:

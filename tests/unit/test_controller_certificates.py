@@ -340,3 +340,20 @@ def test_a_controller_whose_issuer_does_not_load_stops_at_start_naming_it(tmp_pa
     with pytest.raises(SpecError) as refused:
         make_certificates(config, {"n1"})
     assert "certificates.issuer" in str(refused.value) and "missing.crt" in str(refused.value)
+
+
+def test_an_answer_that_is_not_a_certificate_for_the_key_sent_is_not_stored(
+    tmp_path: Path, ca: CertificateAuthority
+) -> None:
+    """A pair that does not match would stop every later handshake: the files keep what they held."""
+    from ha_ops.remediation.certificate_client import _store
+
+    files = issue(ca, "n1", "n1", (tls.AGENTS,))
+    before = (files.cert_file.read_bytes(), files.key_file.read_bytes())
+    key, _ = new_request("n1")
+    someone_elses = files.cert_file.read_text()  # a valid certificate, for another key
+    with pytest.raises(TransportError, match="not for the key that was sent"):
+        _store(files, key, {"certificate": someone_elses}, "https://c")
+    with pytest.raises(TransportError, match="holds no certificate"):
+        _store(files, key, {"error": "standby"}, "https://c")
+    assert (files.cert_file.read_bytes(), files.key_file.read_bytes()) == before
