@@ -127,10 +127,8 @@ def renew(
     for path, option in ((cert, "--cert"), (key, "--key"), (ca, "--ca")):
         if not path.is_file():
             raise typer.BadParameter(f"{path}: no such file", param_hint=option)
-    due = renewal_due(cert, dt.datetime.now(dt.UTC))
-    if only_if_due and not due:
-        expires = validity(cert)[1]
-        _renewed(json_out, cert, False, expires)
+    if only_if_due and not renewal_due(cert, dt.datetime.now(dt.UTC)):
+        _renewed(json_out, cert, False, validity(cert)[1])
         return
     try:
         expires = renew_through(TlsFiles(ca_file=ca, cert_file=cert, key_file=key), url)

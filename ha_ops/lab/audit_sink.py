@@ -12,9 +12,6 @@ from ha_ops.lab.context import LabContext, ServiceDef
 from ha_ops.remediation.audit_sink import APP
 
 PORT = 6514  # syslog over TLS
-# The Kubernetes layer's controllers (ha_ops.iac.k8s_manifests, its default namespace): their own certificates
-# name their Service.
-LAYER_CONTROLLER, LAYER_NAMESPACE = "ha-ops-controller", "ha-ops"
 SERVER_IDENTITY = "audit-sink"
 
 
@@ -60,8 +57,10 @@ def _quoted(value: object) -> str:
 def render_config(ctx: LabContext) -> str:
     files = tls.files(ctx, SERVER_IDENTITY)
     names = [n.name for n in ctx.layout.nodes_with_role("controller")]
-    if ctx.spec.kubernetes is not None:  # the Kubernetes layer's controller pods, named by their Service
-        names.append(f"{LAYER_CONTROLLER}.{LAYER_NAMESPACE}.svc")
+    if ctx.spec.kubernetes is not None:  # the Kubernetes layer's controller pods (its default namespace)
+        from ha_ops.iac.k8s_manifests import K8sLayerConfig, service_names
+
+        names.append(service_names(K8sLayerConfig())[2])  # their own certificates name their Service
     peers = ", ".join(_quoted(name) for name in names)
     work = ctx.node_dir(node(ctx)) / "rsyslog"
     return f"""# The lab's audit sink (ha_ops.lab.audit_sink): written by ha-ops lab up.

@@ -826,7 +826,7 @@ class Controller:
         if self.certificates is not None:
             threading.Thread(target=self.certificates.run, args=(self._stop,), name="certificates",
                              daemon=True).start()  # fmt: skip
-            if (enrollment := self.config.certificates and self.config.certificates.enrollment) is not None:
+            if (enrollment := self.certificates.config.enrollment) is not None:
                 servers.append(serve_public(self, self.config.listen_address, enrollment.port))
         for server in servers:
             threading.Thread(target=server.serve_forever, name="http", daemon=True).start()

@@ -145,11 +145,11 @@ def host_rules(spec: ClusterSpec, layout: Layout, host: str, admin: tuple[str, .
         for source in flow.sources:
             if source == ADMIN:
                 sources += admins
-            elif source == PODS:
-                sources.append(_cidr(spec.kubernetes.pod_cidr) if spec.kubernetes is not None else "")
+            elif source == PODS:  # (a flow names it only with `kubernetes`)
+                sources += [_cidr(spec.kubernetes.pod_cidr)] if spec.kubernetes is not None else []
             else:
                 sources += [addresses[n.name] for n in layout.nodes if source == ANY_HOST or source in roles[n.name]]
-        unique = tuple(dict.fromkeys(s for s in sources if s and s != addresses[host]))  # (its own: through lo)
+        unique = tuple(dict.fromkeys(s for s in sources if s != addresses[host]))  # (its own: through lo)
         if unique:
             rules.append(Rule(flow.name, unique, flow.ports, flow.proto))
     return rules

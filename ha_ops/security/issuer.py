@@ -25,7 +25,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID
 from pydantic import Field
 
-from ha_ops.security.pki import general_names, key_pem, store, subject_name
+from ha_ops.security.pki import key_pem, leaf_certificate, store, subject_name
 from ha_ops.util.models import ConfigModel
 
 DEFAULT_LIFETIME_S = 86_400.0
@@ -140,25 +140,8 @@ class Issuer:
         now = now or dt.datetime.now(dt.UTC)
         # Never valid past the issuer itself: a chain with an expired link is refused by every peer.
         not_after = min(now + self.lifetime, ca_cert.not_valid_after_utc)
-        usages = ([ExtendedKeyUsageOID.CLIENT_AUTH] if template.client else []) + (
-            [ExtendedKeyUsageOID.SERVER_AUTH] if template.server_names else []
-        )
-        builder = (
-            x509.CertificateBuilder()
-            .subject_name(template.subject)
-            .issuer_name(ca_cert.subject)
-            .public_key(public)
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - BACKDATE)
-            .not_valid_after(not_after)
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
-            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
-        )
-        if template.server_names:
-            builder = builder.add_extension(x509.SubjectAlternativeName(general_names(template.server_names)),
-                                            critical=False)  # fmt: skip
-        leaf = builder.sign(ca_key, hashes.SHA256())
+        leaf = leaf_certificate(template.subject, public, ca_cert, ca_key, template.server_names, template.client,
+                                now - BACKDATE, not_after)  # fmt: skip
         pem = serialization.Encoding.PEM
         return (leaf.public_bytes(pem) + ca_cert.public_bytes(pem)).decode()
 

@@ -95,24 +95,9 @@ class CertificateAuthority:
         ca_key = serialization.load_pem_private_key(self.paths.key.read_bytes(), password=None)
         ca_cert = x509.load_pem_x509_certificate(self.paths.cert.read_bytes())
         key = ec.generate_private_key(ec.SECP256R1())
-        usages = ([ExtendedKeyUsageOID.CLIENT_AUTH] if client else []) + (
-            [ExtendedKeyUsageOID.SERVER_AUTH] if server_names else []
-        )
         now = dt.datetime.now(dt.UTC)
-        builder = (
-            x509.CertificateBuilder()
-            .subject_name(subject_name(common_name, groups))
-            .issuer_name(ca_cert.subject)
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - dt.timedelta(minutes=5))
-            .not_valid_after(now + validity)
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
-        )
-        if server_names:
-            builder = builder.add_extension(x509.SubjectAlternativeName(general_names(server_names)), critical=False)
-        cert = builder.sign(ca_key, hashes.SHA256())  # type: ignore[arg-type]
+        cert = leaf_certificate(subject_name(common_name, groups), key.public_key(), ca_cert, ca_key,  # type: ignore[arg-type]
+                                server_names, client, now - dt.timedelta(minutes=5), now + validity)  # fmt: skip
         store(out.cert, out.key, key_pem(key), cert.public_bytes(serialization.Encoding.PEM).decode())
         return out
 
@@ -140,6 +125,43 @@ class CertificateAuthority:
         )
         store(out.cert, out.key, key_pem(key), cert.public_bytes(serialization.Encoding.PEM).decode())
         return out
+
+
+def leaf_certificate(
+    subject: x509.Name,
+    public_key: ec.EllipticCurvePublicKey | rsa.RSAPublicKey,
+    issuer_cert: x509.Certificate,
+    issuer_key: ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey,
+    server_names: tuple[str, ...],
+    client: bool,
+    not_before: dt.datetime,
+    not_after: dt.datetime,
+) -> x509.Certificate:
+    """A leaf certificate (no CA) for `public_key`: a client one, and a serving one at `server_names` (DNS names or
+    IPs) when there are any. The cluster CA's (`CertificateAuthority.issue`) and the controllers' issuer's alike."""
+    usages = ([ExtendedKeyUsageOID.CLIENT_AUTH] if client else []) + (
+        [ExtendedKeyUsageOID.SERVER_AUTH] if server_names else []
+    )
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(issuer_cert.subject)
+        .public_key(public_key)
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(not_before)
+        .not_valid_after(not_after)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
+    )
+    try:  # names the issuer's key where the issuer names its own (the controllers' issuer does; the root does not)
+        ski = issuer_cert.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value
+        aki = x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ski)
+        builder = builder.add_extension(aki, critical=False)
+    except x509.ExtensionNotFound:
+        pass
+    if server_names:
+        builder = builder.add_extension(x509.SubjectAlternativeName(general_names(server_names)), critical=False)
+    return builder.sign(issuer_key, hashes.SHA256())
 
 
 def general_names(entries: tuple[str, ...]) -> list[x509.GeneralName]:

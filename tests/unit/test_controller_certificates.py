@@ -32,7 +32,7 @@ from ha_ops.remediation.server import serve, serve_public
 from ha_ops.security import tls
 from ha_ops.security.issuer import Issuer, IssuerFiles, RequestRefused, new_request, template_for
 from ha_ops.security.pki import CertificateAuthority, subject_name
-from ha_ops.security.tls import CertificateContext, Enrollment, TlsFiles
+from ha_ops.security.tls import CertificateContext, Enrollment, ReloadingContext, TlsFiles
 from tests.unit.test_controller_tls import Caller, issue
 from tests.unit.test_remediation_server import Clock, make_controller, report_body
 
@@ -211,10 +211,20 @@ def test_the_controllers_own_certificate_serves_its_names_and_is_renewed_when_du
     later = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=41)  # past two thirds of 60 s
     assert controller.certificates.keep_own(later)
     assert leaf(controller.config.tls.cert_file).serial_number != cert.serial_number
-    # The next handshake is served with it (the files are reloaded), verified against the cluster CA alone.
+    # The next handshake is served with the renewed one (the files are reloaded), verified against the CA alone.
+    import socket
     import time
 
     time.sleep(0.1)
+    renewed = leaf(controller.config.tls.cert_file).serial_number
+    context = ReloadingContext(served["operator"], server=False).get()
+    port = int(served["api"].rsplit(":", 1)[1])
+    with (
+        socket.create_connection(("127.0.0.1", port), timeout=5) as raw,
+        context.wrap_socket(raw, server_hostname="127.0.0.1") as conn,
+    ):
+        served_der = conn.getpeercert(binary_form=True)
+    assert served_der is not None and x509.load_der_x509_certificate(served_der).serial_number == renewed
     assert Caller(served["api"], served["operator"]).call("/v1/state")[0] == 200
 
 

@@ -133,3 +133,16 @@ def test_the_lab_pods_addresses_are_inside_the_specs_pod_cidr_which_the_firewall
     relay = [r for r in firewall.rules(ctx, "gpu1") if r.ports == (443, 443)]
     assert [r.sources for r in relay] == [(str(spec.kubernetes.pod_cidr),)]
     assert not [r for r in firewall.rules(ctx, "gpu2") if r.ports == (443, 443)]  # KWOK's: no pods of its own
+
+
+def test_the_lab_audit_sink_lets_in_the_layers_controller_pods_by_their_services_name(tmp_path: Path) -> None:
+    """The layer's controller pods ship with certificates naming their Service: the lab's rsyslog must permit that
+    name beside the controller hosts', and only with Kubernetes."""
+    from ha_ops.lab import audit_sink
+
+    spec = load_spec(LAB_YAML.parent / "lab-k8s.yaml")
+    ctx = LabContext(spec, compute_layout(spec), LabPaths(tmp_path / "lab"))
+    assert 'permittedPeer=["ctl1", "ctl2", "ha-ops-controller.ha-ops.svc"]' in audit_sink.render_config(ctx)
+    plain = load_spec(LAB_YAML)
+    plain_ctx = LabContext(plain, compute_layout(plain), LabPaths(tmp_path / "plain"))
+    assert 'permittedPeer=["ctl1", "ctl2"]' in audit_sink.render_config(plain_ctx)
