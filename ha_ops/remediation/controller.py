@@ -902,7 +902,7 @@ def make_lease(config: ControllerConfig, clock: Callable[[], float]) -> LeaderLe
         # Its own client, with a timeout under the lease's life: a renewal must not outlast the term it renews.
         client = client_from_kubeconfig(config.kubernetes.kubeconfig, timeout_s=max(1.0, config.lease_ttl_s / 2))
         return KubernetesLease(client, where.name, where.namespace, config.id, config.lease_ttl_s,
-                               config.lease_margin_s, clock)  # fmt: skip
+                               config.lease_margin_s, clock, watch=True)  # fmt: skip
     assert config.state_dir is not None  # (the config's validator)
     return Lease(config.state_dir, config.id, config.lease_ttl_s, config.lease_margin_s, clock)
 
@@ -956,6 +956,15 @@ class _Metrics(Collector):
             for how in ("renewal", "enrollment", "own"):
                 issued.add_metric([c.config.id, how], float(c.certificates.issued[how]))
             yield issued
+        watches = getattr(c.executor.scheduler, "watches_synced", None)  # (the Kubernetes scheduler's caches)
+        if watches is not None:
+            synced = GaugeMetricFamily(
+                "ha_ops_controller_watch_synced", "1 once the watch of a resource has its first list in",
+                labels=["id", "resource"],
+            )  # fmt: skip
+            for resource, done in watches().items():
+                synced.add_metric([c.config.id, resource], float(done))
+            yield synced
         state = c.state
         if state is None:
             return

@@ -46,10 +46,19 @@ def _version(obj: dict[str, Any]) -> int:
 
 
 class WatchCache:
-    def __init__(self, client: Client, resource: type[Any], labels: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        client: Client,
+        resource: type[Any],
+        labels: dict[str, str] | None = None,
+        namespace: str | None = None,  # a namespaced resource's: one namespace, or "*" for all
+        fields: dict[str, str] | None = None,
+    ) -> None:
         self.client = client
         self.resource = resource
         self.labels = labels
+        self.namespace = namespace
+        self.fields = fields
         self._objects: dict[str, dict[str, Any]] = {}
         self._lock = threading.Lock()
         self._synced = threading.Event()
@@ -59,6 +68,11 @@ class WatchCache:
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name=f"watch-{self.resource.__name__}", daemon=True)
             self._thread.start()
+
+    @property
+    def synced(self) -> bool:
+        """The first list is in (the controller's metrics say so: ha_ops_controller_watch_synced)."""
+        return self._synced.is_set()
 
     def _wait_synced(self, timeout_s: float) -> None:
         self.start()
@@ -97,9 +111,9 @@ class WatchCache:
             self._objects[key] = obj
 
     def _run(self) -> None:
-        kwargs: dict[str, Any] = {"labels": self.labels}
-        if self.resource is Pod:
-            kwargs["namespace"] = "*"
+        kwargs: dict[str, Any] = {"labels": self.labels, "fields": self.fields}
+        if self.namespace is not None:
+            kwargs["namespace"] = self.namespace
         while True:
             try:
                 listed = self.client.list(self.resource, **kwargs)
@@ -131,7 +145,7 @@ class PodCache(WatchCache):
     """Every pod, indexed by the node it is bound to."""
 
     def __init__(self, client: Client) -> None:
-        super().__init__(client, Pod)
+        super().__init__(client, Pod, namespace="*")
         self._by_node: dict[str, set[str]] = {}
 
     def _stored(self, key: str, obj: dict[str, Any] | None) -> None:

@@ -251,10 +251,19 @@ class KubernetesScheduler:
         self._pool_labels = {POOL_LABEL: self.options.pool} if self.options.pool else None
         self._node_cache = WatchCache(client, Node, self._pool_labels) if self.options.watch_nodes else None
         self._pod_cache = PodCache(client) if self.options.watch_nodes else None
+        for cache in self._caches():
+            cache.start()  # at once: listing 1,500 nodes takes seconds, and until then every read is a GET
         grace = self.options.condition_grace_s
         self._conditions = (
             ConditionKeeper(self._seen, _needs_condition, self._write_condition, grace) if grace is not None else None
         )
+
+    def _caches(self) -> list[WatchCache]:
+        return [c for c in (self._node_cache, self._pod_cache) if c is not None]
+
+    def watches_synced(self) -> dict[str, bool]:
+        """Each watch's first list in, by resource (none without `watch_nodes`)."""
+        return {c.resource.__name__: c.synced for c in self._caches()}
 
     # --- calls, retried ---------------------------------------------------------------------------------------
     def _call(self, what: str, fn: Callable[[], T]) -> T:

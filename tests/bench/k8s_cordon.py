@@ -122,6 +122,8 @@ def one_run(lab: Lab, api: Client, nodes: list[str], failing: int, stagger: bool
     url = f"http://127.0.0.1:{port}"
     try:
         wait_for("the controller leading", lambda: _leading(url), timeout=60, interval=0.2)
+        # As a controller that has run a while: its watches of the nodes and pods have their first lists in.
+        wait_for("the controller's watches listed", lambda: _watches_synced(url), timeout=60, interval=0.2)
         victims = random.Random(failing).sample(nodes, failing)
         delays = {n: random.uniform(0, STAGGER_S) if stagger else 0.0 for n in victims}
         seen: dict[str, float] = {}
@@ -254,6 +256,14 @@ def _leading(url: str) -> bool:
             return json.loads(answer.read()).get("state") is not None
     except OSError:
         return False
+
+
+def _watches_synced(url: str) -> bool:
+    with urllib.request.urlopen(f"{url}/metrics", timeout=2) as answer:
+        lines = [
+            line for line in answer.read().decode().splitlines() if line.startswith("ha_ops_controller_watch_synced")
+        ]
+    return bool(lines) and all(line.endswith(" 1.0") for line in lines)
 
 
 def main() -> None:

@@ -3,8 +3,10 @@ lease as read after it began, and neither a check nor the fenced write holds bac
 
 from __future__ import annotations
 
+import queue
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -14,6 +16,7 @@ from lightkube.resources.coordination_v1 import Lease as LeaseObject
 
 from ha_ops.remediation.k8s_lease import KubernetesLease
 from ha_ops.remediation.lease import LeaseLost
+from ha_ops.util.wait import wait_for
 
 
 class SlowApi:
@@ -89,3 +92,67 @@ def test_a_renewal_does_not_wait_for_a_fenced_write() -> None:
     leave.set()
     writer.join(5)
     assert took < 1.0
+
+
+class WatchedApi(SlowApi):
+    """SlowApi with renewals (replace: the version grows) and a watch that delivers each write, once `delivering`."""
+
+    def __init__(self) -> None:
+        super().__init__("", 4, delay=0.0)
+        self.events: queue.Queue[tuple[str, LeaseObject]] = queue.Queue()
+        self.delivering = threading.Event()
+        self.delivering.set()
+
+    def _current(self) -> LeaseObject:
+        spec = LeaseSpec(holderIdentity=self.holder, leaseTransitions=self.token, leaseDurationSeconds=3)
+        return LeaseObject(metadata=ObjectMeta(name="l", namespace="ns", resourceVersion=str(self.version)), spec=spec)
+
+    def write(self, holder: str, token: int) -> LeaseObject:
+        self.holder, self.token, self.version = holder, token, self.version + 1
+        self.events.put(("MODIFIED", self._current()))
+        return self._current()
+
+    def replace(self, lease: LeaseObject) -> LeaseObject:
+        assert lease.spec is not None
+        return self.write(str(lease.spec.holderIdentity), int(lease.spec.leaseTransitions or 0))
+
+    def list(self, *_: Any, **__: Any) -> list[LeaseObject]:
+        listed = Listed([self._current()])
+        listed.resourceVersion = str(self.version)
+        return listed
+
+    def watch(self, *_: Any, **__: Any) -> Iterator[tuple[str, LeaseObject]]:
+        while True:
+            event = self.events.get()
+            self.delivering.wait()
+            yield event
+
+
+class Listed(list):
+    resourceVersion = "0"
+
+
+def test_with_a_watch_that_delivered_its_own_renewal_a_check_reads_nothing() -> None:
+    api = WatchedApi()
+    lease = KubernetesLease(api, "l", "ns", me="ctl1", watch=True)  # type: ignore[arg-type]
+    assert lease.acquire_or_renew() and lease.token == 5  # (a free lease: its read, then the claim)
+    reads = api.gets
+    wait_for("the renewal delivered", lambda: lease._watched() is not None, timeout=5, interval=0.01)
+    for _ in range(50):
+        lease.check(5)
+    assert api.gets == reads  # 50 checks, no request
+
+    # A renewal the watch has not delivered yet: the check reads, as without the watch.
+    api.delivering.clear()
+    assert lease.acquire_or_renew()
+    lease.check(5)
+    assert api.gets == reads + 2  # the renewal's own read, and the check's
+    api.delivering.set()
+
+    # Another controller writes over it (an operator's edit, a takeover): the watch delivers it, the check reads.
+    wait_for("the renewal delivered", lambda: lease._watched() is not None, timeout=5, interval=0.01)
+    api.write("ctl2", 6)
+    wait_for("the takeover delivered", lambda: lease._watched() is None, timeout=5, interval=0.01)
+    with pytest.raises(LeaseLost, match="held by ctl2 \\(token 6\\)"):
+        lease.check(5)
+    assert lease.token is None

@@ -523,6 +523,11 @@ def test_metrics(tmp_path: Path) -> None:
     standby = generate_latest(b.c.registry).decode()
     assert 'ha_ops_controller_leader{id="ctl2"} 0.0' in standby
     assert "ha_ops_controller_breaker_open" not in standby  # a standby has no state to describe
+    assert "ha_ops_controller_watch_synced" not in text  # (Slurm: no watches)
+    b.c.executor.scheduler.watches_synced = lambda: {"Node": True, "Pod": False}  # type: ignore[attr-defined]
+    standby = generate_latest(b.c.registry).decode()  # (a standby's caches are warm for its takeover)
+    assert 'ha_ops_controller_watch_synced{id="ctl2",resource="Node"} 1.0' in standby
+    assert 'ha_ops_controller_watch_synced{id="ctl2",resource="Pod"} 0.0' in standby
 
 
 def test_metrics_name_a_node_held_for_replacement(rig: Rig) -> None:

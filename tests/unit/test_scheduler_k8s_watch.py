@@ -129,3 +129,12 @@ def test_a_write_from_a_stale_copy_gets_409_then_reads_the_node_and_lands() -> N
     scheduler._write_node("a", lambda n: {"spec": {"unschedulable": True}})
     assert client.patched == ["29", "30"] and client.gets == 1  # the copy first; a read only after the conflict
     assert copy.stored["/a"]["metadata"]["resourceVersion"] == "31"  # the answer kept, ahead of the watch
+
+
+def test_the_controllers_scheduler_lists_at_once_and_says_when_its_watches_are_in() -> None:
+    # (a controller that waited for its first read to start them answered a storm's first seconds with a GET each)
+    client = FakeClient([node("a", "5")], [])
+    scheduler = KubernetesScheduler(client, KubernetesOptions(watch_nodes=True))  # type: ignore[arg-type]
+    wait_for("both watches listed", lambda: all(scheduler.watches_synced().values()), timeout=5, interval=0.01)
+    assert scheduler.watches_synced() == {"Node": True, "Pod": True}  # and no read asked for them
+    assert KubernetesScheduler(client).watches_synced() == {}  # type: ignore[arg-type]
