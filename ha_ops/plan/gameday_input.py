@@ -19,7 +19,6 @@ game day is credited only with what it measured. Software failures are the job's
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from ha_ops.errors import SpecError
 from ha_ops.plan.failures import Kind
 from ha_ops.plan.presets import KindTiming, Preset
+from ha_ops.util.parsing import parse_json, read_text
 
 # First match wins: "two faults at once (the Slurm primary killed, an XID 79)" is a GPU fault.
 KIND_PATTERNS: tuple[tuple[re.Pattern[str], Kind | None], ...] = (
@@ -40,7 +40,8 @@ KIND_PATTERNS: tuple[tuple[re.Pattern[str], Kind | None], ...] = (
 
 
 class _Fault(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    # A time of `Infinity` (json.loads takes it) would pass `ge=0` and turn the simulator's means into inf and NaN.
+    model_config = ConfigDict(extra="allow", allow_inf_nan=False)
     name: str
     verdict: str = ""
     time_to_detect_s: float | None = Field(None, ge=0)
@@ -88,13 +89,9 @@ def _problem(exc: ValidationError) -> str:
 
 
 def load_report(path: Path) -> dict[str, object]:
-    """The report's JSON; a SpecError naming the file if it cannot be read."""
-    try:
-        data = json.loads(path.read_text())
-    except OSError as exc:
-        raise SpecError(str(path), [f"cannot read it: {exc.strerror or exc}"]) from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise SpecError(str(path), [f"not JSON: {exc}"]) from None
+    """The report's JSON; a SpecError naming the file if it cannot be read (util/parsing: not UTF-8, not JSON, an
+    integer past int's digit limit, nesting deeper than the parser recurses)."""
+    data = parse_json(read_text(path), str(path))
     if not isinstance(data, dict):
         raise SpecError(str(path), ["not a game-day report: the top level must be an object"])
     return data

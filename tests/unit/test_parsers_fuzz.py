@@ -137,6 +137,20 @@ def _read_rollout(path: Path) -> object:
     return RolloutStore(path.parent).load()
 
 
+def _gameday_report() -> dict[str, Any]:
+    # the standard game day's report as `gameday run` writes it (gameday.json), as test_plan_gameday builds it
+    from tests.unit.test_plan_gameday import standard_report
+
+    return standard_report()
+
+
+def _read_gameday(path: Path) -> object:
+    from ha_ops.plan.gameday_input import read_gameday
+    from ha_ops.plan.presets import PRESETS
+
+    return read_gameday(path, PRESETS["nhc-5min"])
+
+
 def _loader(module: str, name: str) -> Callable[[Path], object]:
     def load(path: Path) -> object:
         import importlib
@@ -175,6 +189,7 @@ PARSERS: dict[str, tuple[Callable[[], Any], str, Callable[[Path], object]]] = {
     "runbook": (lambda: (REPO / "runbooks/gpu-failure.md").read_text().replace("../chaos/", f"{REPO}/chaos/"), "text",
                 _load_runbook),
     "rollout state": (_rollout_state, "json", _read_rollout),
+    "game-day report": (_gameday_report, "json", _read_gameday),
 }  # fmt: skip
 
 # The classes of input the issue found (each at the top, and in place of a value below): deep nesting, 5,000-digit

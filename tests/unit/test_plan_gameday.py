@@ -95,11 +95,15 @@ def test_an_unmeasured_fault_is_left_out_and_its_kind_keeps_the_baseline() -> No
 @pytest.mark.parametrize(
     ("content", "words"),
     [
-        ("{not json", "not JSON"),
+        ("{not json", "not valid JSON"),
+        ("9" * 5000, "not valid JSON (Exceeds the limit"),  # past int's digit limit: a ValueError, once a traceback
+        ("[" * 5000 + "]" * 5000, "not valid JSON (nested too deeply"),  # once a RecursionError
         ("[1, 2]", "the top level must be an object"),
         ('{"faults": []}', "not a game-day report: gameday: Field required (and 1 more)"),
         ('{"gameday": "g", "faults": [{"name": "GPU", "time_to_detect_s": "soon"}]}', "faults.0.time_to_detect_s"),
         ('{"gameday": "g", "faults": [{"name": "GPU", "time_to_detect_s": -1}]}', "faults.0.time_to_detect_s"),
+        ('{"gameday": "g", "faults": [{"name": "GPU", "time_to_detect_s": Infinity}]}',
+         "faults.0.time_to_detect_s: Input should be a finite number"),
         ('{"gameday": "g", "faults": [{"name": "GPU", "time_to_detect_s": 5, "time_to_recover_s": 2}]}',
          "faults.0.time_to_recover_s: 2 is before its detection (5)"),
     ],
@@ -114,5 +118,5 @@ def test_a_malformed_report_is_one_problem_naming_the_file(tmp_path: Path, conte
 
 
 def test_a_missing_report_is_named(tmp_path: Path) -> None:
-    with pytest.raises(SpecError, match="cannot read it"):
+    with pytest.raises(SpecError, match="cannot read"):
         read_gameday(tmp_path / "none.json", PRESETS["nhc-5min"])
