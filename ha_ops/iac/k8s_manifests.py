@@ -21,6 +21,7 @@ from ha_ops.iac.policy import check_images
 from ha_ops.iac.violations import enforce
 from ha_ops.monitoring.rules import rules_yaml
 from ha_ops.remediation.config import ControllerConfig
+from ha_ops.remediation.k8s_lease import LEADER_LABEL
 from ha_ops.schedulers.kubernetes import SPARE_TAINT_KEY, TAINT_KEY
 from ha_ops.spec.layout import compute_layout
 from ha_ops.spec.load import validation_problems
@@ -243,7 +244,8 @@ def controller_config(spec: ClusterSpec, cfg: K8sLayerConfig, pool: str, nodes: 
         "scheduler": "kubernetes",
         "partition": pool,
         "kubernetes": {
-            "lease": {"namespace": cfg.namespace, "name": CONTROLLER},
+            # The leader labels its own pod, which the Service selects (controller_own_pods).
+            "lease": {"namespace": cfg.namespace, "name": CONTROLLER, "label_pod": True},
             "state": {"namespace": cfg.namespace, "prefix": CONTROLLER},
         },
         "pools": {pool: {"nodes": nodes}},
@@ -388,7 +390,39 @@ def controller_role_rules() -> list[dict[str, Any]]:
             "verbs": ["get", "list", "watch", "create", "update", "patch"],
         },
         {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "watch", "create", "update"]},
+        # The leader label on its own pod, and nothing else of any pod: controller_own_pods.
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["patch"]},
     ]
+
+
+def controller_own_pods(cfg: K8sLayerConfig) -> dict[str, Any]:
+    """A ValidatingAdmissionPolicy for the one pod write the controller makes: the label ha-ops.io/leader on its own
+    pods, which the Service selects so that the agents' reports reach the leader. RBAC can grant `patch` on the
+    namespace's pods only, the agents' among them: this keeps the controller to that label of controller pods."""
+    controller = f"system:serviceaccount:{cfg.namespace}:{CONTROLLER}"
+    name_key = "app.kubernetes.io/name"
+    labels, old = "object.metadata.labels", "oldObject.metadata.labels"
+    return {
+        "failurePolicy": "Fail",
+        "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                                                  "operations": ["UPDATE"], "resources": ["pods"]}]},
+        "matchConditions": [{"name": "the-ha-ops-controller",
+                             "expression": f"request.userInfo.username == '{controller}'"}],
+        "validations": [
+            {"expression": f"has({old}) && '{name_key}' in {old} && {old}['{name_key}'] == '{CONTROLLER}'",
+             "message": "the ha-ops controller may label controller pods only"},
+            {"expression": "object.spec == oldObject.spec",
+             "message": "the ha-ops controller may not change a pod's spec"},
+            {"expression": f"has({labels}) && "
+                           f"{labels}.all(k, k == '{LEADER_LABEL}' || (k in {old} && {old}[k] == {labels}[k])) && "
+                           f"{old}.all(k, k == '{LEADER_LABEL}' || k in {labels})",
+             "message": f"the ha-ops controller may change the label {LEADER_LABEL} only"},
+            {"expression": "has(object.metadata.annotations) == has(oldObject.metadata.annotations) && "
+                           "(!has(object.metadata.annotations) || "
+                           "object.metadata.annotations == oldObject.metadata.annotations)",
+             "message": "the ha-ops controller may not change a pod's annotations"},
+        ],
+    }  # fmt: skip
 
 
 def _port(port: int, protocol: str = "TCP") -> dict[str, Any]:
@@ -575,6 +609,11 @@ def layer_objects(spec: ClusterSpec, cfg: K8sLayerConfig, controller_config_yaml
                CONTROLLER)  # fmt: skip
     bound_role("controller-nodes", "ClusterRole", f"{CONTROLLER}-nodes", CONTROLLER_LABELS,
                controller_cluster_role_rules(), CONTROLLER)  # fmt: skip
+    own_pods = f"{CONTROLLER}-own-pods"
+    add("controller-own-pods", admission, "ValidatingAdmissionPolicy", own_pods, CONTROLLER_LABELS, False,
+        spec=controller_own_pods(cfg))  # fmt: skip
+    add("controller-own-pods", admission, "ValidatingAdmissionPolicyBinding", own_pods, CONTROLLER_LABELS, False,
+        spec={"policyName": own_pods, "validationActions": ["Deny"]})  # fmt: skip
     add("controller-config", "v1", "ConfigMap", CONTROLLER, CONTROLLER_LABELS,
         data={"controller.yaml": controller_config_yaml})  # fmt: skip
     add("controller", "apps/v1", "Deployment", CONTROLLER, CONTROLLER_LABELS, spec={
@@ -586,7 +625,8 @@ def layer_objects(spec: ClusterSpec, cfg: K8sLayerConfig, controller_config_yaml
                      "spec": controller_pod_spec(spec, cfg, images.controller)},
     })  # fmt: skip
     add("controller", "v1", "Service", CONTROLLER, CONTROLLER_LABELS, spec={
-        "selector": CONTROLLER_LABELS,
+        # The leader only (LeaderLabel): a standby answers reports with 503, and an agent has this one URL.
+        "selector": {**CONTROLLER_LABELS, LEADER_LABEL: "true"},
         "ports": [{"name": "http", "port": controller_port(spec), "targetPort": "http"},
                   *([{"name": "enroll", "port": ENROLL_PORT, "targetPort": "enroll"}] if cfg.issuer_secret else [])],
     })  # fmt: skip

@@ -190,6 +190,12 @@ class KubernetesLeaseConfig(ConfigModel):
 
     namespace: str = Field("ha-ops", min_length=1)
     name: str = Field("ha-ops-controller", min_length=1)
+    label_pod: bool = Field(
+        False,
+        description="While it leads, label this controller's own pod (named by its id, in this namespace) "
+        "ha-ops.io/leader=true: the Kubernetes layer's Service selects that label, so the agents' reports reach the "
+        "leader, not a standby that answers 503.",
+    )
 
 
 class KubernetesStateConfig(ConfigModel):

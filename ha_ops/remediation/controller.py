@@ -19,7 +19,7 @@ from collections import Counter, deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from contextlib import suppress
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
@@ -41,6 +41,9 @@ from ha_ops.remediation.store import StateStore, state_text
 from ha_ops.remediation.view import View, ViewStore, last_heard, should_yield
 from ha_ops.schedulers.base import SchedulerJob
 from ha_ops.util.proc import CommandResult
+
+if TYPE_CHECKING:  # (lightkube only where the config asks for Kubernetes)
+    from ha_ops.remediation.k8s_lease import LeaderLabel
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +83,7 @@ class Controller:
         if config.state_dir is not None:
             config.state_dir.mkdir(parents=True, exist_ok=True)
         self.lease = make_lease(config, clock)
+        self.leader_label = make_leader_label(config)
         self.documents = make_documents(config)
         self.store = StateStore(self.documents, self.lease)
         self._known = {n for pool in config.pools.values() for n in (*pool.nodes, *pool.spares)}
@@ -156,6 +160,11 @@ class Controller:
         return should_yield(own, self.peer_views, own.at, self.config.blind_after_s)
 
     def lease_step(self) -> None:
+        self._lease_step()
+        if self.leader_label is not None:
+            self.leader_label.mark(self.is_leader)
+
+    def _lease_step(self) -> None:
         better = self._compare_views()
         if better is not None:
             # Blind next to a peer that is not: lead nothing, so that the peer takes the lease.
@@ -857,6 +866,8 @@ class Controller:
                 self.shipper.stop()
             if self.is_leader:
                 self.lease.release()
+            if self.leader_label is not None:
+                self.leader_label.mark(False)
 
     # --- views ----------------------------------------------------------------------------------------------
     def describe(self) -> dict[str, Any]:
@@ -905,6 +916,19 @@ def make_lease(config: ControllerConfig, clock: Callable[[], float]) -> LeaderLe
                                config.lease_margin_s, clock, watch=True)  # fmt: skip
     assert config.state_dir is not None  # (the config's validator)
     return Lease(config.state_dir, config.id, config.lease_ttl_s, config.lease_margin_s, clock)
+
+
+def make_leader_label(config: ControllerConfig) -> LeaderLabel | None:
+    """The leader label on this controller's own pod, where the config asks for it (the Kubernetes layer's)."""
+    k8s = config.kubernetes
+    if k8s is None or k8s.lease is None or not k8s.lease.label_pod:
+        return None
+    from ha_ops.remediation.k8s_lease import LeaderLabel
+    from ha_ops.schedulers.kubernetes import client_from_kubeconfig
+
+    # (its own client, with the lease's short timeout: it is written from the lease's loop)
+    client = client_from_kubeconfig(k8s.kubeconfig, timeout_s=max(1.0, config.lease_ttl_s / 2))
+    return LeaderLabel(client, k8s.lease.namespace, config.id)
 
 
 def make_certificates(config: ControllerConfig, nodes: set[str]) -> CertificateService | None:

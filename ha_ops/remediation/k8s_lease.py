@@ -17,6 +17,7 @@ holder at a time, a fencing token that only grows, `check(token)` before every a
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 import time
@@ -29,9 +30,14 @@ from lightkube import ApiError, Client
 from lightkube.models.coordination_v1 import LeaseSpec
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.coordination_v1 import Lease as LeaseObject
+from lightkube.resources.core_v1 import Pod
+from lightkube.types import PatchType
 
 from ha_ops.remediation.lease import LeaseLost, LeaseRecord, LeaseTerm
 from ha_ops.schedulers.k8s_watch import WatchCache
+
+log = logging.getLogger(__name__)
+LEADER_LABEL = "ha-ops.io/leader"
 
 
 class KubernetesLease(LeaseTerm):
@@ -204,3 +210,32 @@ class KubernetesLease(LeaseTerm):
             except (ApiError, httpx2.HTTPError):
                 pass  # it runs out by itself
             self.token = self._renewed_version = None
+
+
+class LeaderLabel:
+    """The label `ha-ops.io/leader=true` on this controller's own pod while it leads, and off when it does not: the
+    Kubernetes layer's Service selects it, so the agents' reports (one URL, the Service) reach the leader instead of
+    a standby's 503 half the time. Marked at every lease step: a write that failed is tried again at the next. A
+    ValidatingAdmissionPolicy of the layer lets the controller change this one label of its own pods, nothing else."""
+
+    def __init__(self, client: Client, namespace: str, pod: str) -> None:
+        self.client = client
+        self.namespace = namespace
+        self.pod = pod
+        self.written: bool | None = None  # what the pod's label says, as this controller last wrote it
+        self._failed = ""  # the last failure, logged once
+
+    def mark(self, leading: bool) -> None:
+        if leading == self.written:
+            return
+        patch = {"metadata": {"labels": {LEADER_LABEL: "true" if leading else None}}}
+        try:
+            self.client.patch(Pod, self.pod, patch, namespace=self.namespace, patch_type=PatchType.MERGE)
+        except (ApiError, httpx2.HTTPError) as exc:
+            why = f"{exc.status.code} {exc.status.message}" if isinstance(exc, ApiError) else str(exc)
+            if why != self._failed:
+                log.warning("cannot label pod %s/%s %s=%s: %s", self.namespace, self.pod, LEADER_LABEL,
+                            leading, why)  # fmt: skip
+            self._failed = why
+            return
+        self.written, self._failed = leading, ""

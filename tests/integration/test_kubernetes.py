@@ -28,6 +28,7 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.apps_v1 import Deployment
 from lightkube.resources.coordination_v1 import Lease as LeaseObject
 from lightkube.resources.core_v1 import Namespace, Node, Pod, ServiceAccount
+from lightkube.resources.discovery_v1 import EndpointSlice
 from lightkube.resources.flowcontrol_apiserver_v1 import FlowSchema, PriorityLevelConfiguration
 from lightkube.resources.rbac_authorization_v1 import ClusterRole, ClusterRoleBinding
 from lightkube.resources.scheduling_v1 import PriorityClass
@@ -44,7 +45,7 @@ from ha_ops.lab.paths import LabPaths
 from ha_ops.remediation.audit import AuditLog, verify_text
 from ha_ops.remediation.executor import Executor
 from ha_ops.remediation.k8s_documents import ConfigMapDocuments
-from ha_ops.remediation.k8s_lease import KubernetesLease
+from ha_ops.remediation.k8s_lease import LEADER_LABEL, KubernetesLease
 from ha_ops.remediation.lease import LeaseLost
 from ha_ops.remediation.model import Intent
 from ha_ops.rollout.executor import DRAIN_REASON_PREFIX
@@ -314,6 +315,7 @@ def test_the_k8s_layer_stack_runs_ha_ops_in_real_containers_and_the_controllers_
                                                                              for n, p in agents.items()})  # fmt: skip
         assert {str(pc.metadata.name) for pc in api.list(PriorityClass) if pc.metadata} >= {
             "critical", "normal", "preemptible-training"}  # fmt: skip
+        controller_may_label_only_its_own_pods(klab, api, namespace, next(iter(agents)), next(iter(controllers)))
         controllers_issue_certificates(api, namespace, controllers, real_agent, pki, tmp_path)
         controllers_fail_over(klab, api, namespace, controllers, sorted(gpu_nodes), audit_key, pki)
         own_certificates_renewed(controllers, pki)
@@ -361,6 +363,29 @@ def agent_container_keeps_its_nodes_condition(klab: Lab, api: Client) -> None:
     wait_for(f"{CONDITION}=True again on {GPU_KUBELET}", lambda: condition("True"), timeout=60, interval=0.5)
 
 
+def controller_may_label_only_its_own_pods(klab: Lab, api: Client, namespace: str, agent: str, controller: str) -> None:
+    """With the controllers' service account: the label ha-ops.io/leader of an agent's pod, or another label of a
+    controller pod, is refused by the layer's admission policy (RBAC alone would allow both)."""
+    request = ServiceAccount.Token(metadata=ObjectMeta(name="ha-ops-controller", namespace=namespace),
+                                   spec=TokenRequestSpec(audiences=[], expirationSeconds=600))  # fmt: skip
+    token = api.create(request, "ha-ops-controller", namespace=namespace).status.token
+    with Client(config=KubeConfig.from_dict(token_kubeconfig(klab, token, "controller")), trust_env=False) as as_it:
+        refused_writes = [(agent, {LEADER_LABEL: "true"}, "may label controller pods only"),
+                          (controller, {"tier": "x"}, f"may change the label {LEADER_LABEL} only")]  # fmt: skip
+        for pod, labels, refusal in refused_writes:
+            with pytest.raises(ApiError) as refused:
+                as_it.patch(Pod, pod, {"metadata": {"labels": labels}}, namespace=namespace,
+                            patch_type=PatchType.MERGE)  # fmt: skip
+            assert refusal in (refused.value.status.message or ""), refused.value.status
+
+
+def service_endpoints(api: Client, namespace: str) -> set[str]:
+    """The ready addresses of the controllers' Service (its EndpointSlices, as kube-controller-manager keeps them)."""
+    slices = api.list(EndpointSlice, namespace=namespace, labels={"kubernetes.io/service-name": "ha-ops-controller"})
+    return {address for s in slices for e in s.endpoints or [] if e.conditions and e.conditions.ready
+            for address in e.addresses}  # fmt: skip
+
+
 def controllers_fail_over(
     klab: Lab, api: Client, namespace: str, pods: dict[str, dict], gpu_nodes: list[str], audit_key: bytes,
     pki: LayerPki,
@@ -375,6 +400,10 @@ def controllers_fail_over(
     leader = wait_for("a controller pod holding the Lease", lambda: (h := holder()) in pods and h, timeout=30,
                       interval=0.2)  # fmt: skip
     standby = next(name for name in pods if name != leader)
+    # The Service (the agents' one URL) sends to the leader alone: it labels its own pod while it leads.
+    ip = {name: p["status"]["podIP"] for name, p in pods.items()}
+    wait_for("the Service at the leader only", lambda: service_endpoints(api, namespace) == {ip[leader]}, timeout=20,
+             interval=0.2)  # fmt: skip
     faulty = gpu_nodes[0]
     scheduler = KubernetesScheduler(api, KubernetesOptions(pool="gpu"))
     with agents_reporting(gpu_nodes, [f"{u}/v1/reports" for u in urls.values()], lambda n: n == faulty,
@@ -391,6 +420,10 @@ def controllers_fail_over(
                  interval=0.2)  # fmt: skip
         print(f"\nleader pod {leader} killed (SIGKILL): {standby} held the Lease {takeover_s:.1f} s later")
         assert takeover_s <= 5.0
+        # The new leader labelled, the old pod (its container restarted, a standby now) unlabelled by itself.
+        wait_for("the Service at the new leader only", lambda: service_endpoints(api, namespace) == {ip[standby]},
+                 timeout=30, interval=0.2)  # fmt: skip
+        print(f"the Service sends to {standby} alone {time.monotonic() - killed_at:.1f} s after the kill")
         assert scheduler.node(faulty).drained  # the state came with it: not returned, not drained again
     audit = AuditLog(ConfigMapDocuments(api, namespace, "ha-ops-controller"))
 

@@ -154,7 +154,9 @@ def test_the_controller_runs_two_replicas_kept_apart(mocks: Harness, spec_name: 
     assert pdb["spec"]["minAvailable"] == 1
     assert selects(pdb["spec"]["selector"], labels)
     service = obj(mocks, "Service", "ha-ops-controller")
-    assert selects({"matchLabels": service["spec"]["selector"]}, labels)
+    # The leader only: the pod it labels while it leads (LeaderLabel); a standby is not selected.
+    assert not selects({"matchLabels": service["spec"]["selector"]}, labels)
+    assert selects({"matchLabels": service["spec"]["selector"]}, {**labels, "ha-ops.io/leader": "true"})
 
 
 def test_the_controller_may_touch_nodes_and_evict_pods_cluster_wide_but_not_delete_nodes(mocks: Harness) -> None:
@@ -232,7 +234,20 @@ def test_in_its_namespace_the_controller_may_only_use_leases_and_configmaps_and_
             "verbs": ["get", "list", "watch", "create", "update", "patch"],
         },
         {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "watch", "create", "update"]},
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["patch"]},  # (the leader label only: below)
     ]
+    policy = obj(mocks, "ValidatingAdmissionPolicy", "ha-ops-controller-own-pods")["spec"]
+    assert policy["matchConditions"][0]["expression"] == (
+        "request.userInfo.username == 'system:serviceaccount:ha-ops:ha-ops-controller'"
+    )
+    assert [v["message"] for v in policy["validations"]] == [
+        "the ha-ops controller may label controller pods only",
+        "the ha-ops controller may not change a pod's spec",
+        "the ha-ops controller may change the label ha-ops.io/leader only",
+        "the ha-ops controller may not change a pod's annotations",
+    ]
+    binding = obj(mocks, "ValidatingAdmissionPolicyBinding", "ha-ops-controller-own-pods")["spec"]
+    assert binding == {"policyName": "ha-ops-controller-own-pods", "validationActions": ["Deny"]}
     binding = obj(mocks, "RoleBinding", "ha-ops-controller-state")
     assert binding["roleRef"] == {
         "apiGroup": "rbac.authorization.k8s.io",

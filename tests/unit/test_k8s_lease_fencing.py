@@ -1,4 +1,4 @@
-"""The Kubernetes lease's fencing reads (remediation/k8s_lease.py): concurrent checks share reads, each sees the
+"""The Kubernetes lease (remediation/k8s_lease.py): concurrent fencing checks share reads, each sees the
 lease as read after it began, and neither a check nor the fenced write holds back a renewal."""
 
 from __future__ import annotations
@@ -9,12 +9,14 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import httpx2
 import pytest
+from lightkube import ApiError
 from lightkube.models.coordination_v1 import LeaseSpec
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.coordination_v1 import Lease as LeaseObject
 
-from ha_ops.remediation.k8s_lease import KubernetesLease
+from ha_ops.remediation.k8s_lease import LEADER_LABEL, KubernetesLease, LeaderLabel
 from ha_ops.remediation.lease import LeaseLost
 from ha_ops.util.wait import wait_for
 
@@ -156,3 +158,29 @@ def test_with_a_watch_that_delivered_its_own_renewal_a_check_reads_nothing() -> 
     with pytest.raises(LeaseLost, match="held by ctl2 \\(token 6\\)"):
         lease.check(5)
     assert lease.token is None
+
+
+class Pods:
+    """A client whose pod patches are kept; the first `refusals` are refused (403)."""
+
+    def __init__(self, refusals: int = 0) -> None:
+        self.patches: list[tuple[str, str | None, str | None]] = []
+        self.refusals = refusals
+
+    def patch(self, resource: Any, name: str, body: dict[str, Any], namespace: str | None = None, **_: Any) -> None:
+        if self.refusals:
+            self.refusals -= 1
+            response = httpx2.Response(403, json={"code": 403, "message": "forbidden"},
+                                       request=httpx2.Request("PATCH", "https://api/"))  # fmt: skip
+            raise ApiError(response=response)
+        self.patches.append((name, namespace, body["metadata"]["labels"][LEADER_LABEL]))
+
+
+def test_the_leader_label_is_written_once_per_change_and_again_after_a_refusal() -> None:
+    pods = Pods(refusals=1)
+    label = LeaderLabel(pods, "ha-ops", "ctl-a")  # type: ignore[arg-type]
+    label.mark(True)  # refused: nothing recorded, so the next lease step writes it
+    assert pods.patches == [] and label.written is None
+    for leading in (True, True, False, False, True):
+        label.mark(leading)
+    assert pods.patches == [("ctl-a", "ha-ops", "true"), ("ctl-a", "ha-ops", None), ("ctl-a", "ha-ops", "true")]
