@@ -1,7 +1,8 @@
 """The lab's central audit sink: rsyslog on the monitoring node, receiving the controllers' audit entries over
 syslog-over-TLS (RFC 5425, GnuTLS, each peer's certificate from the lab's CA and named: only the controllers may
 ship) and appending each entry's line to one file, as a SIEM or a central log host would keep it. On with the lab's
-mutual TLS (`remediation.tls`); `ha-ops audit verify --shipped` checks the controllers' log against that file."""
+mutual TLS (`remediation.tls`); `ha-ops audit verify --shipped` checks the controllers' log against that file.
+Its config comes from ha_ops.remediation.audit_collector, which the ha_ops_audit_sink role's template mirrors."""
 
 from __future__ import annotations
 
@@ -9,9 +10,8 @@ from pathlib import Path
 
 from ha_ops.lab import tls
 from ha_ops.lab.context import LabContext, ServiceDef
-from ha_ops.remediation.audit_sink import APP
+from ha_ops.remediation.audit_collector import PORT, render_rsyslog_config
 
-PORT = 6514  # syslog over TLS
 SERVER_IDENTITY = "audit-sink"
 
 
@@ -47,41 +47,25 @@ def controller_config(ctx: LabContext, controller: str) -> dict:
     }
 
 
-def _quoted(value: object) -> str:
-    text = str(value)
-    if '"' in text or "\\" in text or "\n" in text:
-        raise ValueError(f"not a path rsyslog's config can hold: {text!r}")
-    return f'"{text}"'
-
-
 def render_config(ctx: LabContext) -> str:
+    """rsyslog's config, from the one renderer the ha_ops_audit_sink role's template mirrors."""
     files = tls.files(ctx, SERVER_IDENTITY)
     names = [n.name for n in ctx.layout.nodes_with_role("controller")]
     if ctx.spec.kubernetes is not None:  # the Kubernetes layer's controller pods (its default namespace)
         from ha_ops.iac.k8s_manifests import K8sLayerConfig, service_names
 
         names.append(service_names(K8sLayerConfig())[2])  # their own certificates name their Service
-    peers = ", ".join(_quoted(name) for name in names)
-    work = ctx.node_dir(node(ctx)) / "rsyslog"
-    return f"""# The lab's audit sink (ha_ops.lab.audit_sink): written by ha-ops lab up.
-global(
-  workDirectory={_quoted(work)}
-  maxMessageSize="64k"
-  defaultNetstreamDriver="gtls"
-  defaultNetstreamDriverCAFile={_quoted(files.ca_file)}
-  defaultNetstreamDriverCertFile={_quoted(files.cert_file)}
-  defaultNetstreamDriverKeyFile={_quoted(files.key_file)}
-)
-module(load="imtcp" streamDriver.name="gtls" streamDriver.mode="1" streamDriver.authMode="x509/name"
-       permittedPeer=[{peers}])
-input(type="imtcp" address={_quoted(address(ctx))} port="{PORT}" ruleset="audit")
-template(name="entry" type="string" string="%msg%\\n")
-ruleset(name="audit") {{
-  if $app-name == "{APP}" then {{
-    action(type="omfile" file={_quoted(shipped_log(ctx))} template="entry" flushOnTXEnd="on" asyncWriting="off")
-  }}
-}}
-"""
+    return render_rsyslog_config(
+        header="The lab's audit sink (ha_ops.lab.audit_sink): written by ha-ops lab up.",
+        work_dir=ctx.node_dir(node(ctx)) / "rsyslog",
+        ca_file=files.ca_file,
+        cert_file=files.cert_file,
+        key_file=files.key_file,
+        permitted_peers=names,
+        output_file=shipped_log(ctx),
+        address=address(ctx),
+        port=PORT,
+    )
 
 
 def config_path(ctx: LabContext) -> Path:

@@ -30,7 +30,7 @@ ROLES = sorted(p.parents[2].name for p in (REPO / "roles").glob("*/molecule/defa
 PARALLEL = int(os.environ.get("HA_OPS_MOLECULE_PARALLEL", "3"))
 # Measured scenario times (s, one at a time on 2 cores): the longest start first, so the last to finish is short.
 LONGEST_FIRST = ["gpu_driver", "slurm_controller", "slurm_compute", "ha_ops_agent", "ha_ops_controller", "etcd_backup",
-                 "monitoring", "moosefs", "nic_bonding", "ha_ops_pki"]  # fmt: skip
+                 "monitoring", "moosefs", "nic_bonding", "ha_ops_audit_sink", "ha_ops_pki"]  # fmt: skip
 
 
 @dataclass(frozen=True)

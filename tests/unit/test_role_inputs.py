@@ -76,6 +76,21 @@ CASES = [
         {"ha_ops_controller_state_dir": "/srv/ha-ops", "ha_ops_controller_audit_key": "ab" * 32},
         "ha_ops_controller_group: localhost is not in the group remediation_controllers",
     ),
+    ("ha_ops_audit_sink", {}, "ha_ops_audit_sink_permitted_peers: nobody may ship"),
+    (
+        "ha_ops_audit_sink",
+        {"ha_ops_audit_sink_permitted_peers": ["ctl1", 'ctl"2']},
+        "ha_ops_audit_sink_permitted_peers[1]:",
+    ),
+    (
+        "ha_ops_audit_sink",
+        {
+            "ha_ops_audit_sink_permitted_peers": ["ctl1"],
+            "ha_ops_audit_sink_cert_file": "/nonexistent/sink.crt",
+            "ansible_python_interpreter": str(BIN / "python"),
+        },  # (it looks: the first module the role runs)
+        "ha_ops_audit_sink_cert_file: /nonexistent/sink.crt is not on localhost",
+    ),
 ]
 
 
