@@ -185,9 +185,10 @@ class KubernetesLease(LeaseTerm):
 
     @contextmanager
     def fenced(self, token: int) -> Iterator[None]:
-        """Go on only while the lease, read now, names this controller with `token`, with the margin to spare. The
-        body runs without the renewal's lock: another process is not held back by it anyway, and a renewal must
-        never wait behind a write."""
+        """Go on only while the lease names this controller with `token`, with the margin to spare: the lease read
+        now, or as the watch delivered this controller's own latest renewal (_watched). The body runs without the
+        renewal's lock: another process is not held back by it anyway, and a renewal must never wait behind a
+        write."""
         record = self._watched() or self._read_shared()
         with self._lock:
             if record is None or record.holder != self.me or record.token != token:
