@@ -83,7 +83,7 @@ class Controller:
         if config.state_dir is not None:
             config.state_dir.mkdir(parents=True, exist_ok=True)
         self.lease = make_lease(config, clock)
-        self.leader_label = make_leader_label(config)
+        self.leader_label = make_leader_label(config, self.lease)
         self.documents = make_documents(config)
         self.store = StateStore(self.documents, self.lease)
         self._known = {n for pool in config.pools.values() for n in (*pool.nodes, *pool.spares)}
@@ -918,17 +918,16 @@ def make_lease(config: ControllerConfig, clock: Callable[[], float]) -> LeaderLe
     return Lease(config.state_dir, config.id, config.lease_ttl_s, config.lease_margin_s, clock)
 
 
-def make_leader_label(config: ControllerConfig) -> LeaderLabel | None:
-    """The leader label on this controller's own pod, where the config asks for it (the Kubernetes layer's)."""
+def make_leader_label(config: ControllerConfig, lease: LeaderLease) -> LeaderLabel | None:
+    """The leader label on this controller's own pod, where the config asks for it (the Kubernetes layer's),
+    written through the Kubernetes lease's client: from the lease's loop, with its short timeout."""
     k8s = config.kubernetes
     if k8s is None or k8s.lease is None or not k8s.lease.label_pod:
         return None
-    from ha_ops.remediation.k8s_lease import LeaderLabel
-    from ha_ops.schedulers.kubernetes import client_from_kubeconfig
+    from ha_ops.remediation.k8s_lease import KubernetesLease, LeaderLabel
 
-    # (its own client, with the lease's short timeout: it is written from the lease's loop)
-    client = client_from_kubeconfig(k8s.kubeconfig, timeout_s=max(1.0, config.lease_ttl_s / 2))
-    return LeaderLabel(client, k8s.lease.namespace, config.id)
+    assert isinstance(lease, KubernetesLease)  # (kubernetes.lease makes one: make_lease)
+    return LeaderLabel(lease.client, k8s.lease.namespace, config.id)
 
 
 def make_certificates(config: ControllerConfig, nodes: set[str]) -> CertificateService | None:

@@ -184,3 +184,31 @@ def test_the_leader_label_is_written_once_per_change_and_again_after_a_refusal()
     for leading in (True, True, False, False, True):
         label.mark(leading)
     assert pods.patches == [("ctl-a", "ha-ops", "true"), ("ctl-a", "ha-ops", None), ("ctl-a", "ha-ops", "true")]
+
+
+def test_the_controller_labels_its_pod_only_where_its_config_asks_through_the_leases_client(tmp_path: Any) -> None:
+    from ha_ops.remediation.config import ControllerConfig
+    from ha_ops.remediation.controller import make_leader_label, make_lease
+
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        "clusters: [{name: k, cluster: {server: 'https://127.0.0.1:1'}}]\n"
+        "users: [{name: u, user: {token: t}}]\ncontexts: [{name: c, context: {cluster: k, user: u}}]\n"
+    )
+
+    def config(label_pod: bool) -> ControllerConfig:
+        return ControllerConfig.model_validate({
+            "id": "ha-ops-controller-abc", "scheduler": "kubernetes", "partition": "gpu",
+            "pools": {"gpu": {"nodes": ["gpu1"]}},
+            "kubernetes": {"kubeconfig": str(kubeconfig), "lease": {"namespace": "ops", "label_pod": label_pod},
+                           "state": {"namespace": "ops"}},
+        })  # fmt: skip
+
+    labelled = config(True)
+    lease = make_lease(labelled, time.time)
+    label = make_leader_label(labelled, lease)
+    assert label is not None and (label.namespace, label.pod) == ("ops", "ha-ops-controller-abc")
+    assert label.client is lease.client  # type: ignore[attr-defined]  # (one client, the lease's short timeout)
+    unlabelled = config(False)
+    assert make_leader_label(unlabelled, make_lease(unlabelled, time.time)) is None
