@@ -1,4 +1,4 @@
-"""`ha-ops controller` (run, check-config, status, repaired, breaker-reset) and `ha-ops audit verify`."""
+"""`ha-ops controller` (run, check-config, status, repaired, breaker-reset, hold) and `ha-ops audit verify`."""
 
 from __future__ import annotations
 
@@ -11,10 +11,11 @@ import typer
 from rich.table import Table
 
 from ha_ops.cli import output
+from ha_ops.cli.controller_state import state_app
 from ha_ops.errors import SpecError
 from ha_ops.remediation.audit import AuditHead, read_key, verify, verify_text
 from ha_ops.remediation.audit_sink import compare, shipped_entries
-from ha_ops.remediation.client import call
+from ha_ops.remediation.client import ControllerRefused, call
 from ha_ops.remediation.config import ControllerConfig, load_controller_config
 from ha_ops.remediation.store import read_state
 from ha_ops.schedulers.base import Scheduler
@@ -27,6 +28,7 @@ maintenance_app = typer.Typer(
     no_args_is_help=True,
 )
 controller_app.add_typer(maintenance_app, name="maintenance")
+controller_app.add_typer(state_app, name="state")  # snapshots and restore (controller_state.py)
 
 # How long the controller leaves a drained node's GpuHealthy condition to the node's agent before writing it itself
 # (schedulers/k8s_conditions.py): longer than the agent's wait after an accepted report (unhealthy_jitter_s, 2 s by
@@ -165,6 +167,9 @@ def status(
     state = data.get("state")
     if state is None:
         output.result(f"{data.get('id')} is standby; the leader is {data.get('leader_name') or 'unknown'}")
+        if blocked := data.get("blocked"):  # it wins the lease but cannot lead (remediation/blocked.py)
+            output.warning(f"it cannot take over ({blocked['reason']}, {blocked['attempts']} attempt(s)): "
+                           f"{blocked['error']}; see `ha-ops controller state restore`")  # fmt: skip
         return
     lease = data.get("lease")
     if lease:  # read from the shared state: who holds the lease, in which term
@@ -173,10 +178,20 @@ def status(
         output.result(f"leader: {data['leader_name']}")
     breaker = state["breaker"]
     output.result(f"circuit breaker: {'OPEN: ' + breaker['reason'] if breaker['open'] else 'closed'}")
+    if (seen := data.get("observers")) is not None:  # (the leader's own judgement: remediation/observers.py)
+        whole = "whole: silence counts" if seen["view_whole"] else "not whole: no node is found lost on silence"
+        output.result(f"view of the fleet: {whole}")
+        for node, why in seen["held"].items():
+            output.result(f"held back: {node}: {why}")
     for alert in state.get("storage_alerts", {}):
         output.result(f"storage: {alert} firing")
     for burst in state.get("bursts", [])[-3:]:  # application XIDs on many nodes: one job's fault (the latest)
         output.result(f"burst: {burst['message']}")
+    for host, fenced in state.get("fences", {}).items():  # fenced Slurm controller hosts and their heal
+        note = f", {fenced['note']}" if fenced.get("note") else ""
+        output.result(f"fenced: {host} ({fenced['how']}): {fenced['phase']}{note}")
+    for host, held in state.get("held", {}).items():
+        output.result(f"held: {host}: {held['reason']} (by {held['by']})")
     table = Table(title="nodes")
     for col in ("node", "pool", "phase", "rung", "reason"):
         table.add_column(col)
@@ -245,6 +260,37 @@ def maintenance_end(
     left out of service for a person (its window lasts a week): once that person has put it right."""
     output.emit_json(call(f"{url.rstrip('/')}/v1/maintenance/end", "POST", _tls(cert, key, ca),
                           {"nodes": _node_names(nodes)}))  # fmt: skip
+
+
+@controller_app.command()
+def hold(
+    node: str = typer.Argument(..., help="A Slurm or remediation controller's host, or a configured node."),
+    release: bool = typer.Option(False, "--release", help="End the hold: ha-ops may bring the host back again."),
+    reason: str = typer.Option("held by an operator", "--reason", help="Why (audited, and kept in the state)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="The controller says what would change; nothing changes."),
+    json_out: bool = typer.Option(False, "--json"),
+    url: str = UrlOpt,
+    cert: Path | None = CertOpt,
+    key: Path | None = KeyOpt,
+    ca: Path | None = CaOpt,
+) -> None:
+    """Hold a host: a fenced Slurm controller's host held is neither powered on again nor has its slurmctld
+    restarted by ha-ops (the heal waits) until the hold is released. Audited, as the caller."""
+    _node_names([node])
+    if not reason.strip():
+        raise SpecError("--reason", ["must not be empty"])
+    body = {"node": node, "release": release, "reason": reason.strip(), "dry_run": dry_run}
+    try:
+        answer = call(f"{url.rstrip('/')}/v1/holds", "POST", _tls(cert, key, ca), body)
+    except ControllerRefused as exc:
+        if exc.status == 400:  # refused on its merits (an unknown node): bad input, nothing changed
+            raise SpecError("NODE", [str(exc)]) from None
+        raise
+    if json_out:
+        output.emit_json(answer)
+        return
+    for note in answer.get("notes", []):
+        output.result(note)
 
 
 def _log_text(path: Path) -> str:

@@ -21,10 +21,11 @@ LAB_LADDER = {"validate_timeout_s": 20.0, "probation_s": 20.0, "max_flaps": 2, "
               "drain_timeout_s": 15.0}  # fmt: skip
 
 
-# Kill this node's slurmctld only if the pid file still names one (a pid left by a killed one may be reused).
+# Kill this node's slurmctld only if the pid file still names one (a pid left by a killed one may be reused). None
+# running exits 1, as pkill does when nothing matches: the primary is down already (slurm_fence.none_found_exit).
 _LAB_FENCE = (
     'pid=$(cat {pidfile} 2>/dev/null); if [ -n "$pid" ] && [ "$(cat /proc/$pid/comm 2>/dev/null)" = slurmctld ]; '
-    'then kill -KILL "$pid" && echo "killed slurmctld $pid"; else echo "no slurmctld running"; fi'
+    'then kill -KILL "$pid" && echo "killed slurmctld $pid"; else echo "no slurmctld running"; exit 1; fi'
 )
 
 
@@ -71,9 +72,11 @@ def render_config(ctx: LabContext, node: str) -> dict:
     rem = ctx.spec.remediation
     assert rem is not None
     pools: dict[str, dict[str, list[str]]] = {}
+    domains: dict[str, list[str]] = {}  # (observers.py: a domain silent as a whole is not one node's loss)
     for n in ctx.layout.nodes_with_role("gpu"):
         pool = pools.setdefault(n.pool or "gpu", {"nodes": [], "spares": []})
         pool["spares" if n.spare else "nodes"].append(n.name)
+        domains.setdefault(n.domain, []).append(n.name)
     python = sys.executable
     fake = NODE_DIR / "gpus"
     if kubernetes.controllers_use_it(ctx):
@@ -86,8 +89,14 @@ def render_config(ctx: LabContext, node: str) -> dict:
         where = {"state_dir": str(state_dir(ctx)), "slurm_fence": {
             "after_s": 5.0,
             "command": _LAB_FENCE.format(pidfile=NODE_DIR / "slurmctld.pid"),
-            # A primary ssh cannot reach (cut off from the network) goes off through its BMC (ha_ops.lab.bmc).
+            # A primary ssh cannot reach (cut off from the network) goes off through its BMC (ha_ops.lab.bmc), and
+            # on again once the backup has been in control for hand_back_after_s (fence_heal.py): it boots with its
+            # links up and its services started, and rejoins as the standby.
             "power_off_command": f"{python} -m ha_ops power off {{node}} --inventory {ssh_inventory_path(ctx)}",
+            "power_on_command": f"{python} -m ha_ops power on {{node}} --inventory {ssh_inventory_path(ctx)}",
+            "power_status_command": f"{python} -m ha_ops power status {{node}} --inventory {ssh_inventory_path(ctx)}",
+            # A lab node boots in seconds (a real one in minutes: the default is 300 s).
+            "rejoin_timeout_s": 60.0,
         }}  # fmt: skip
     watch = monitoring.client(ctx, f"controller-{node}")  # its certificate and the password, over TLS
     return {
@@ -101,6 +110,7 @@ def render_config(ctx: LabContext, node: str) -> dict:
         **({"audit_sink": audit_sink.controller_config(ctx, node)} if audit_sink.enabled(ctx) else {}),
         "partition": ctx.spec.gpu_partition,
         "pools": pools,
+        "failure_domains": domains,
         "safety": {
             "breaker_max_nodes": rem.breaker_max_nodes,
             "breaker_max_fraction": rem.breaker_max_fraction,
@@ -116,6 +126,8 @@ def render_config(ctx: LabContext, node: str) -> dict:
         # kept as everywhere; the lemon rule and the tiers' publication are shown by their own tests.
         "lemon": {"enabled": False},
         "fleet": {"publish_tiers": False},
+        # State snapshots at most every 5 s (default 60 s): a lab test restores one taken right after its actions.
+        "state_snapshots": {"every_s": 5.0},
         "node_poll_s": 1.0,
         # The lab's agents report every 5 s, each report 1 s late when it first tries a controller cut off from it:
         # at 10 s a leaf cut off had its nodes found lost in 2 of 4 runs on a busy machine (reports starved of CPU).

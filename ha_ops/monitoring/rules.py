@@ -46,6 +46,7 @@ RUNBOOKS: dict[str, str] = {
     "HaOpsSlurmNoController": "slurm-primary-failure.md",
     "HaOpsRemediationControllerDown": "remediation-controller-failure.md",
     "HaOpsNoRemediationLeader": "remediation-controller-failure.md",
+    "HaOpsRemediationBlocked": "remediation-controller-failure.md",
     "HaOpsFabricLinkDown": "fabric-link-failure.md",  # a host's fabric port: the leaf-spine runbook is the closest
     "HaOpsFabricBondDegraded": "fabric-link-failure.md",
 }
@@ -160,6 +161,19 @@ def lab_group(runbook_base: str = RUNBOOK_BASE) -> dict[str, Any]:
                 "The ha-ops agent on {{ $labels.node }} reports a warning (a pending row remap, correctable ECC "
                 "errors, PCIe replays, a warning XID) but no fault. The remediation controller watches the node "
                 "(suspect) and does not take it out of service.",
+                b,
+            ),
+            _rule(
+                "HaOpsRemediationBlocked",
+                # While nobody leads: a standby that failed a takeover once, while its peer leads, says nothing.
+                "ha_ops_controller_blocked == 1 unless on () (sum(ha_ops_controller_leader) > 0)",
+                "critical",
+                "no remediation controller can lead: {{ $labels.id }} cannot take over ({{ $labels.reason }})",
+                "Remediation controller {{ $labels.id }} wins the lease but cannot lead, and no other controller "
+                "leads. Reason state: the shared state {{ $labels.document }} cannot be loaded (damaged from "
+                "outside); it is refused rather than forget what was done, and retried at every lease step. Until "
+                "then faulty GPU nodes are drained only by their agents' fallback and nothing is repaired. Restore "
+                "it with ha-ops controller state restore.",
                 b,
             ),
         ],

@@ -178,11 +178,81 @@ class SlurmFence(ConfigModel):
         description="Run on the controller's host after a successful fence (over ssh or through the BMC): the backup "
         "takes control at once, not after SlurmctldTimeout (a cut-off primary's heartbeat stays fresh meanwhile).",
     )
+    # Healing (remediation/fence_heal.py): the fenced host comes back as the standby by itself, so that the next
+    # single failure still finds a backup controller.
+    none_found_exit: int | None = Field(
+        1,
+        description="`command`'s exit code that means no slurmctld was running there (pkill: nothing matched): the "
+        "primary is down already, which fences it as surely as a kill. None: every non-zero exit is a failure.",
+    )
+    action: Literal["reboot", "off"] = Field(
+        "reboot",
+        description="A host fenced through its BMC: 'reboot' powers it on again `hand_back_after_s` after the "
+        "takeover; 'off' leaves it off until its BMC answers a power status and the leader hears the cluster again "
+        "(the partition is over). Either way a host a person holds (`ha-ops controller hold`) stays as it is.",
+    )
+    power_on_command: NodeCommand | None = Field(
+        None,
+        description="Run on the controller's host to power a host fenced through its BMC on again; it exits 0 once "
+        "the BMC reports on, e.g. 'ha-ops power on {node} --inventory /etc/ha-ops/hosts.yml'. Without it such a "
+        "host stays off (heal_failed) until a person powers it on.",
+    )
+    power_status_command: NodeCommand | None = Field(
+        None,
+        description="Run on the controller's host to ask a host's BMC for its power state (exit 0: the BMC, and so "
+        "the management network, answers), e.g. 'ha-ops power status {node} --inventory F'. Needed by action 'off'.",
+    )
+    restart_command: str = Field(
+        "systemctl start slurmctld",
+        description="Run over ssh on a host fenced over ssh (its slurmctld killed, or found dead) to start "
+        "slurmctld again, `hand_back_after_s` after the takeover.",
+    )
+    backup_restart_command: str | None = Field(
+        "systemctl restart slurmctld",
+        description="Run over ssh on the backup when it stops answering `scontrol ping` after the primary took "
+        "control back (a Slurm 22.05 fault: it logs 'heartbeat file creation failed' from then on). None: left so.",
+    )
+    hand_back_after_s: float = Field(
+        15.0,
+        ge=10.0,
+        description="The backup in control this long before the fenced primary comes back: a restarted primary takes "
+        "control back at once (Slurm 22.05), and a job's start the backup has not saved yet would be lost or run "
+        "twice (at least 10 s: shared/LAB-NOTES.md).",
+    )
+    rejoin_timeout_s: float = Field(
+        300.0,
+        gt=0,
+        description="From the power on (or restart) until its slurmctld answers `scontrol ping` (the backup too) and "
+        "its remediation controller writes its view again; otherwise heal_failed, and it may be fenced again.",
+    )
+    heal_retry_s: float = Field(10.0, gt=0, description="A power on or restart that failed is tried again after this.")
+    heal_tries: int = Field(3, ge=1, description="Tries of a power on or restart before heal_failed.")
+    max_heals: int = Field(
+        3,
+        ge=1,
+        description="Heals of one host that failed in a row (each fenced again) before it is left to a person.",
+    )
+
+    @model_validator(mode="after")
+    def _off_needs_a_status(self) -> SlurmFence:
+        if self.action == "off" and self.power_off_command and self.power_status_command is None:
+            raise ValueError("action 'off' needs power_status_command: a host powered off comes back only once "
+                             "its BMC answers")  # fmt: skip
+        return self
 
 
 class PoolConfig(ConfigModel):
     nodes: list[NodeName]
     spares: list[NodeName] = Field(default_factory=list)
+
+
+class StateSnapshots(ConfigModel):
+    """The last good states kept beside the state (remediation/snapshots.py), for `ha-ops controller state restore`:
+    a ring of `keep` documents, each overwritten in turn (the controller may not delete a ConfigMap), written by the
+    leader from a state it has just written, when its term begins and then at most every `every_s`."""
+
+    keep: int = Field(10, ge=0, le=100, description="Snapshots kept (the oldest overwritten). 0: none are taken.")
+    every_s: float = Field(60.0, gt=0, description="At most one snapshot this often (and one when a term begins).")
 
 
 class KubernetesLeaseConfig(ConfigModel):
@@ -268,6 +338,7 @@ class ControllerConfig(ConfigModel):
         "(controller.heartbeat_s), so that a leader that can hear agents hears every live one within it.",
     )
     tick_s: float = Field(0.2, gt=0)
+    state_snapshots: StateSnapshots = StateSnapshots()
     parallel_actions: int = Field(
         16,
         ge=1,
@@ -295,6 +366,19 @@ class ControllerConfig(ConfigModel):
     agent_silence_s: float = Field(
         30.0, gt=0, description="No agent report for this long, and Slurm finds the node not responding: it is lost."
     )
+    observer_quorum: float = Field(
+        0.5,
+        ge=0,
+        lt=1,
+        description="Silence counts only while the leader's view is whole: more than this share of the nodes it "
+        "expects to hear were heard within blind_after_s, and more than this share respond to the scheduler. A "
+        "partition of the control plane blinds both observers at once (remediation/observers.py).",
+    )
+    failure_domains: dict[str, list[NodeName]] = Field(
+        default_factory=dict,
+        description="Failure domain (a rack, a leaf) -> its nodes. A node whose domain is mostly silent too is not "
+        "found lost on its own: a silent domain is a partition of the domain or its failure.",
+    )
     monitoring: MonitoringWatch | None = None
     slurm_fence: SlurmFence = SlurmFence()
     report_fresh_s: float = Field(
@@ -316,6 +400,11 @@ class ControllerConfig(ConfigModel):
         enrolling = self.certificates is not None and self.certificates.enrollment is not None
         if enrolling and self.kubernetes is None:
             raise ValueError("certificates.enrollment: needs kubernetes (tokens are reviewed by its API server)")
+        placed: dict[str, str] = {}
+        for domain, members in self.failure_domains.items():
+            for node in members:
+                if placed.setdefault(node, domain) != domain:
+                    raise ValueError(f"failure_domains: {node} is in both {placed[node]} and {domain}")
         key, shared = self.audit_key_file, self.state_dir
         if key is not None and shared is not None and key.resolve().is_relative_to(shared.resolve()):
             raise ValueError(f"audit_key_file: {key} is on the shared storage (state_dir {shared}), beside the log")

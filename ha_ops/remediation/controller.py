@@ -7,6 +7,10 @@ last write was under way); the main loop ticks the policy and runs pending inten
 behind the fencing check. State lives on shared storage, so the next leader continues where the last one stopped.
 Reliability tiers (history.py) are published to the scheduler in a thread of their own, a few at a time, when a node's
 tier changes: a scheduler call that fails is logged and tried again later, and never holds up or fails an episode.
+
+Why this module is over 400 lines: it is the one shape issue 43 rebuilds as a manager of small runnables (term,
+leadership, inputs, reconcile, actions, watchers); until then new decisions go to pure modules of their own
+(observers.py, lost.py, fence_heal.py, blocked.py, snapshots.py) and only their wiring lands here.
 """
 
 from __future__ import annotations
@@ -16,27 +20,31 @@ import signal
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from contextlib import suppress
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from ha_ops.errors import SpecError
+from ha_ops.errors import SpecError, TransportError
 from ha_ops.health.report import AgentReport
-from ha_ops.remediation import history, monitoring_watch, policy, safety
+from ha_ops.remediation import fence_heal, history, monitoring_watch, policy, safety
 from ha_ops.remediation.audit import AuditHead, AuditLog, Prepared, read_key
 from ha_ops.remediation.audit_sink import AuditShipper
+from ha_ops.remediation.blocked import BlockedTracker, blocked_metrics, fresh_window
 from ha_ops.remediation.certificates import CertificateService
 from ha_ops.remediation.config import ControllerConfig
 from ha_ops.remediation.documents import DirectoryDocuments, Documents
 from ha_ops.remediation.executor import Executor
+from ha_ops.remediation.fence_heal import Entry, FenceRecord
 from ha_ops.remediation.lease import LeaderLease, Lease, LeaseLost
 from ha_ops.remediation.model import ControllerState, Intent, NodePhase
-from ha_ops.remediation.slurm_fence import FenceWatch, fence_primary
+from ha_ops.remediation.slurm_fence import FenceWatch, fence_primary, last_line
+from ha_ops.remediation.snapshots import SnapshotRing
 from ha_ops.remediation.store import StateStore, state_text
 from ha_ops.remediation.view import View, ViewStore, last_heard, should_yield
 from ha_ops.schedulers.base import SchedulerJob
@@ -86,6 +94,8 @@ class Controller:
         self.leader_label = make_leader_label(config, self.lease)
         self.documents = make_documents(config)
         self.store = StateStore(self.documents, self.lease)
+        self.snapshots = SnapshotRing(self.documents, config.state_snapshots, self.lease, clock)  # (snapshots.py)
+        self.blocked = BlockedTracker(fresh_window(config.lease_ttl_s, config.lease_renew_s))  # (blocked.py)
         self._known = {n for pool in config.pools.values() for n in (*pool.nodes, *pool.spares)}
         # Its own certificate issued before anything loads it (the API's server, the audit shipper).
         self.certificates = make_certificates(config, self._known)
@@ -182,7 +192,11 @@ class Controller:
                     self._become_leader()
                 except Exception as exc:
                     # Unreadable state: lead nothing rather than act on a guess; the other controller may do better.
-                    log.error("%s cannot take over: %s; releasing the lease", self.config.id, exc)
+                    # Kept for the metric and the description (blocked.py), and tried again at the next lease step:
+                    # a state put back is taken up without a restart.
+                    if self.blocked.failed(exc, self.documents.describe(self.store.name), self.clock()):
+                        log.error("%s cannot take over: %s; releasing the lease (tried again at each lease step)",
+                                  self.config.id, exc)  # fmt: skip
                     self.token, self.state = None, None
                     self.lease.release()
             elif not leading and self.token is not None:
@@ -235,8 +249,12 @@ class Controller:
                                     "node": None, "why": "; ".join(problems[:5])[:2000],
                                     "before": f"seq {state.audit_seq}",
                                     "after": "the chain goes on from the state's head"})  # fmt: skip
+        self.snapshots.begin_term()  # (the term's first write is snapshotted: a state that loaded)
         self._save()
         pending = len(state.pending())
+        if (was := self.blocked.cleared()) is not None:
+            log.warning("%s took over after %d failed attempt(s) since %.0f: %s", self.config.id, was.attempts,
+                        was.since, was.error)  # fmt: skip
         log.warning("%s is the leader (token %d); %d pending intent(s) to finish", self.config.id, token, pending)
         self._work.set()
 
@@ -283,6 +301,7 @@ class Controller:
             self._written, self._saved = snap.seq, snap.text
             self._committed = max(self._committed, snap.decisions)
             self._durable_below = max(self._durable_below, snap.intents_below)
+            self.snapshots.after_write(snap.text, snap.token, self._who(snap.token))  # when one is due
 
     # --- inputs ---------------------------------------------------------------------------------------------
     def _decide(self, decide: Callable[[ControllerState, int], policy.Outcome]) -> dict[str, Any]:
@@ -448,6 +467,28 @@ class Controller:
 
         self._unaudited.append({"at": self.clock(), "who": self._who(token), "what": what, "node": node, "why": why,
                                 "before": text(before), "after": text(after)})  # fmt: skip
+
+    def hold_host(
+        self, node: str, release: bool, reason: str, by: str = "an operator", dry_run: bool = False
+    ) -> dict[str, Any]:
+        """A person holds a host, or releases it (`ha-ops controller hold`): a fenced host held is neither powered on
+        nor restarted (fence_heal.py). ValueError for a node that is neither a controller's host nor configured."""
+        now = self.clock()
+
+        def decide(state: ControllerState, token: int) -> policy.Outcome:
+            known = (self._known | {h for h, _ in self.slurm_controllers} | {self.config.id} | set(state.fences)
+                     | set(state.held) | {v.id for v in self.peer_views})  # fmt: skip
+            change = fence_heal.change_hold(state.held, node, release, reason, by, now, known)
+            if dry_run or change.entry is None:
+                return policy.Outcome(notes=[f"dry run, nothing changed: {change.note}" if dry_run else change.note])
+            self.lease.check(token)  # a deposed leader holds nothing and audits nothing
+            state.held = change.held
+            e = change.entry
+            self._unaudited.append({"at": now, "who": self._who(token), "what": e.what, "node": e.node, "why": e.why,
+                                    "before": e.before, "after": e.after})  # fmt: skip
+            return policy.Outcome(notes=[change.note])
+
+        return self._decide(decide)
 
     # --- the loop -------------------------------------------------------------------------------------------
     def _who(self, token: int) -> str:
@@ -763,10 +804,14 @@ class Controller:
         self.slurm_controllers = list(controllers)
         with self._lock:
             heard_at = max(self.heard.values(), default=0.0)  # this controller's own reports: a peer's prove nothing
+            fences = dict(self.state.fences) if self.state is not None else {}
         host = self.fence.observe(controllers, self.clock(), asked_at, heard_at)
         token = self.token
         if host is None or token is None:
             return
+        previous = fences.get(host)
+        if previous is not None and previous.active:
+            return  # its heal owns it (off, or booting: a new leader must not fence a primary coming back)
         self.lease.check(token)  # only the leader fences, and a deposed one must not
         fence = self.config.slurm_fence
         why = f"slurmctld on {host} has not answered for {fence.after_s:g} s while a backup is UP"
@@ -776,24 +821,94 @@ class Controller:
         def run_on(node: str, command: str) -> CommandResult:  # cut off, it costs this long before its BMC
             return ops.run_command(node, command, connect_timeout_s=fence.ssh_connect_timeout_s)
 
-        outcome = fence_primary(host, fence.command, fence.power_off_command, run_on, ops.run_here)
-        self._audit_fence(token, "fence_slurmctld", host, why, "DOWN (hung or cut off)", outcome.said)
+        outcome = fence_primary(host, fence.command, fence.power_off_command, run_on, ops.run_here,
+                                fence.none_found_exit)  # fmt: skip
         backup = next((h for h, state in controllers[1:] if state == "UP"), None)
-        if outcome.fenced and fence.takeover_command and backup is not None:
+        entries = [Entry("fence_slurmctld", host, why, "DOWN (hung or cut off)", outcome.said)]
+        heal = None
+        if outcome.fenced:  # from now on its heal (fence_heal.py) brings it back, whichever controller leads
+            ran_controller = host == self.config.id or any(v.id == host for v in self.peer_views)
+            heal = fence_heal.start(host, outcome.how, backup or "", ran_controller, self.clock(), previous,  # type: ignore[arg-type]
+                                    fence)  # fmt: skip
+            entries += heal.audit
+        self._fence_write(token, entries, heal.record if heal else None)
+        if heal is not None and fence.takeover_command and backup is not None:
             # At once, not after SlurmctldTimeout: while no controller is in control, a job that ends cannot report
             # it (slurmstepd gives up after 1.5 x SlurmctldTimeout), and Slurm later requeues the finished job.
             result = ops.run_here(fence.takeover_command)
             said = "told to take control" if result.ok else f"takeover failed: exit {result.returncode}"
-            how = "powered off through its BMC" if outcome.how == "bmc" else "fenced over ssh"
-            self._audit_fence(token, "slurm_takeover", backup, f"{host} was {how}", "standby", said)
+            hows = {"bmc": "powered off through its BMC", "down": "found with no slurmctld running"}
+            how = hows.get(outcome.how, "fenced over ssh")
+            # (the hand-back waits from here, whether or not the takeover was accepted: the later, the safer)
+            took = fence_heal.took_over(heal.record, self.clock())
+            self._fence_write(token, [Entry("slurm_takeover", backup, f"{host} was {how}", "standby", said)], took)
 
     def _audit_fence(self, token: int, what: str, node: str, why: str, before: str, after: str) -> None:
+        self._fence_write(token, [Entry(what, node, why, before, after)])
+
+    def _fence_write(self, token: int, entries: Iterable[Entry], record: FenceRecord | None = None) -> None:
+        """Audit the entries and keep the fenced host's record with them, in one write of the state."""
         with self._lock:
-            if self.token != token:
+            if self.token != token or self.state is None:
                 return
-            self._unaudited.append({"at": self.clock(), "who": self._who(token), "what": what, "node": node,
-                                    "why": why, "before": before, "after": after})  # fmt: skip
+            if record is not None:
+                self.state.fences[record.host] = record
+            for e in entries:
+                self._unaudited.append({"at": self.clock(), "who": self._who(token), "what": e.what, "node": e.node,
+                                        "why": e.why, "before": e.before, "after": e.after})  # fmt: skip
             self._save()
+
+    def _heal_loop(self) -> None:
+        """Bring fenced hosts back (fence_heal.py): a thread of its own, since a power on waits for the BMC."""
+        while not self._stop.wait(self.config.node_poll_s):
+            if not self.is_leader:
+                continue
+            try:
+                self._heal_step()
+            except LeaseLost:
+                continue
+            except Exception as exc:
+                log.warning("cannot bring the fenced hosts back: %s", exc)
+
+    def _heal_step(self) -> None:
+        """What the leader sees, handed to fence_heal for each host it is bringing back; the commands it names run
+        here, and their results are audited with the host's record."""
+        fence, now, window = self.config.slurm_fence, self.clock(), self.config.blind_after_s
+        with self._lock:
+            if self.state is None or self.token is None:
+                return
+            token, records, held = self.token, list(self.state.fences.values()), set(self.state.held)
+        own = self.own_view()
+        views = {v.id: v.at for v in self.peer_views} | {own.id: own.at}
+        whole = own.hears_agents(now, window) and own.reaches_slurm(now, window)
+        for record in (r for r in records if r.active):
+            seen = fence_heal.Seen(dict(self.slurm_controllers), views, whole, record.host in held)
+            decision = fence_heal.decide(record, seen, now, fence)
+            if decision.run is not None and decision.run.kind == "power_status":
+                answered = self.executor.node_ops.run_here(decision.run.command).ok
+                decision = fence_heal.decide(record, replace(seen, bmc=answered), now, fence)
+            if decision.run is not None:
+                with self._lock:  # a hold that came meanwhile, or a deposed leader: nothing runs
+                    if self.state is None or self.token != token or record.host in self.state.held:
+                        return
+                self.lease.check(token)
+                result = self._heal_run(decision.run)
+                decision = fence_heal.ran(decision.record, decision.run, result.ok, last_line(result), self.clock(),
+                                          fence)  # fmt: skip
+            if decision.record != record or decision.audit:
+                self._fence_write(token, decision.audit, decision.record)
+            if decision.record.phase == "failed" and not fence_heal.left_to_person(decision.record, fence):
+                self.fence.fenced.discard(record.host)  # not back: fenced again if it is DOWN while the backup is UP
+
+    def _heal_run(self, run: fence_heal.Run) -> CommandResult:
+        ops = self.executor.node_ops
+        log.warning("bringing %s back: %s", run.node, run.command)
+        if not run.ssh:
+            return ops.run_here(run.command)
+        try:
+            return ops.run_command(run.node, run.command, self.config.slurm_fence.ssh_connect_timeout_s)
+        except TransportError as exc:
+            return CommandResult(["ssh", run.node, run.command], 255, "", str(exc))
 
     def _monitoring_loop(self) -> None:
         """A dead man's switch for the monitoring: while Prometheus does not answer, the leader records it (state,
@@ -846,6 +961,7 @@ class Controller:
             self.shipper.start()
         if self.config.slurm_fence.enabled and self.config.scheduler == "slurm":  # (Slurm's controllers only)
             threading.Thread(target=self._fence_loop, name="slurm-fence", daemon=True).start()
+            threading.Thread(target=self._heal_loop, name="slurm-fence-heal", daemon=True).start()
         if self.config.monitoring is not None:
             threading.Thread(target=self._monitoring_loop, name="monitoring", daemon=True).start()
         log.warning("controller %s listening on %s:%d", self.config.id, self.config.listen_address, self.config.port)
@@ -879,10 +995,12 @@ class Controller:
                 "leader_name": self.leader_name(),
                 "token": self.token,
                 "views": [v.model_dump(mode="json") for v in (self.own_view(), *self.peer_views)],
+                "blocked": self.blocked.describe(self.clock()),  # why it won the lease but could not lead
             }
             if state is not None:
                 data["state"] = state.model_dump(mode="json")
                 data["safety"] = safety.summary(state, self.config.safety)
+                data["observers"] = state.contact.summary(state.leading_since)  # (observers.py: silence trusted?)
         return data
 
 
@@ -988,6 +1106,7 @@ class _Metrics(Collector):
             for resource, done in watches().items():
                 synced.add_metric([c.config.id, resource], float(done))
             yield synced
+        yield from blocked_metrics(c.blocked, c.config.id, c.clock())  # (a standby's, too)
         state = c.state
         if state is None:
             return
@@ -997,6 +1116,11 @@ class _Metrics(Collector):
             {"id": c.config.id},
             float(state.breaker.open),
         )
+        ids = {"id": c.config.id}
+        yield _single("ha_ops_controller_view_whole", "1 while the leader's view of the fleet is whole",
+                      ids, float(bool(state.contact.sound)))  # fmt: skip
+        yield _single("ha_ops_controller_suspects_held", "Nodes silent and down not found lost (a silent domain, a "
+                      "mass verdict: observers.py)", ids, float(len(state.contact.held)))  # fmt: skip
         phases = GaugeMetricFamily("ha_ops_controller_node_phase", "1 for each node's phase", labels=["node", "phase"])
         for rec in state.nodes.values():
             phases.add_metric([rec.name, rec.phase.value], 1.0)
@@ -1020,7 +1144,6 @@ class _Metrics(Collector):
         head = c.audit.head_as_written()
         yield _single("ha_ops_audit_head_seq", "The audit log's last entry", {"id": c.config.id}, float(head.seq))
         if c.shipper is not None:
-            ids = {"id": c.config.id}
             yield _single("ha_ops_audit_shipped_seq", "The last entry shipped to the sink", ids, c.shipper.shipped_seq)
             yield _single("ha_ops_audit_ship_pending", "Entries waiting for the sink", ids, c.shipper.pending())
             yield _single("ha_ops_audit_ship_dropped", "Entries lost while the sink was away", ids, c.shipper.dropped)

@@ -94,8 +94,8 @@ class DirectoryDocuments:
             if path.name.startswith("."):
                 continue  # a write in progress (write_atomic's temp file)
             try:
-                if path.is_file():
-                    found[path.name] = path.read_text()
+                if path.is_file():  # (bytes that are not UTF-8, as in read: the document's reader finds it damaged)
+                    found[path.name] = path.read_text(errors="replace")
             except OSError:
                 continue  # removed or unreadable while listed: that document counts as absent
         return found

@@ -9,7 +9,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, PrivateAttr
 
 from ha_ops.remediation.bursts import BurstTracker
+from ha_ops.remediation.fence_heal import FenceRecord, Hold
 from ha_ops.remediation.history import Incident
+from ha_ops.remediation.observers import Contact
 
 STATE_VERSION = 1
 
@@ -159,12 +161,22 @@ class ControllerState(BaseModel):
     monitoring_down_since: float | None = None  # when the controller's watch found Prometheus down
     bursts: list[BurstRecord] = Field(default_factory=list)  # the latest MAX_BURSTS, oldest first
     history_since: float = 0.0  # when the fleet's history (history.py) began: the first leader that kept it
+    # Fenced Slurm controller hosts being brought back (fence_heal.py), and the hosts a person holds (not brought back):
+    # in the shared state, so that a new leader finishes a heal its predecessor began.
+    fences: dict[str, FenceRecord] = Field(default_factory=dict)
+    held: dict[str, Hold] = Field(default_factory=dict)
     # The window of application-XID onsets: the leader's memory only (a new leader starts afresh).
     _burst_tracker: BurstTracker = PrivateAttr(default_factory=BurstTracker)
+    # Since when the leader's view of the fleet is whole (observers.py): its own observation, never inherited.
+    _contact: Contact = PrivateAttr(default_factory=Contact)
 
     @property
     def burst_tracker(self) -> BurstTracker:
         return self._burst_tracker
+
+    @property
+    def contact(self) -> Contact:
+        return self._contact
 
     def pending(self) -> list[Intent]:
         return [i for i in self.intents if i.status == "pending"]

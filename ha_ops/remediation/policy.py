@@ -28,6 +28,7 @@ from typing import Any
 
 from ha_ops.monitoring.rules import alert_names
 from ha_ops.remediation import bursts, history
+from ha_ops.remediation import lost as lost_nodes
 from ha_ops.remediation.config import ControllerConfig
 from ha_ops.remediation.model import (
     MAX_BURSTS,
@@ -42,6 +43,7 @@ from ha_ops.remediation.model import (
     NodeRecord,
     Rung,
 )
+from ha_ops.remediation.observers import NodeView
 from ha_ops.remediation.safety import gate_cordon
 from ha_ops.schedulers.base import AGENT_REASON_PREFIX
 
@@ -65,20 +67,6 @@ class Outcome:
     ignored: str = ""
     burst: str | None = None  # a burst of application XIDs began: its id (the controller names its job)
     ended_maintenance: list[tuple[str, Maintenance]] = field(default_factory=list)  # expired windows (audited)
-
-
-@dataclass(frozen=True)
-class NodeView:
-    """What Slurm says about a node right now (gathered by the controller before a tick)."""
-
-    state: str = ""
-    jobs: tuple[str, ...] = ()
-    # The jobs on it at the read before: Slurm requeues a lost node's jobs in the moment it reports it down, so the
-    # read that finds it down may already find them pending elsewhere, held for cred_expire (120 s) unless released.
-    jobs_before: tuple[str, ...] = ()
-    reason: str = ""  # Slurm's reason for a drained or down node
-    heard_at: float = 0.0  # when any controller last heard the node's agent
-    polled_at: float = 0.0  # when the poll that read `state` began
 
 
 def init_state(state: ControllerState, config: ControllerConfig, now: float) -> None:
@@ -416,14 +404,6 @@ def _start_rung(state: ControllerState, rec: NodeRecord, rung: Rung, now: float,
     out.intents.append(_intent(state, rec, "validate", f"after {rung.value}", now, token, rung=rung.value))
 
 
-def node_lost(slurm_state: str, agent_silent: bool) -> bool:
-    """Slurm's DOWN (`down`, `down*`, ...) or not responding (`idle*`, ...), and the node's agent silent too: a lost
-    node. Two observers, because a busy slurmd can miss a ping and a Slurm primary cut off from the network finds
-    every node not responding; an agent that still reports through either controller keeps its node."""
-    state = slurm_state.lower()
-    return (state.startswith("down") or state.endswith("*")) and agent_silent
-
-
 def agent_drained(view: NodeView, rec: NodeRecord) -> bool:
     """Drained by its agent (fallback: no controller accepted its report) after this controller last changed the
     node's phase: a drain to adopt. A poll that began before the node's last change may predate the controller's own
@@ -443,22 +423,21 @@ def on_tick(
             out.ended_maintenance.append((rec.name, rec.maintenance))
             out.notes.append(f"{rec.name}: maintenance window expired ({rec.maintenance.reason})")
             rec.maintenance = None
+    judgement = lost_nodes.judge(state, views, config, now)
+    out.notes += judgement.notes
+    for rec in state.nodes.values():
         slurm_state = views.get(rec.name, NodeView()).state
         if not slurm_state or rec.maintenance is not None:
             continue  # no fresh node states this tick; or a rollout drains, reboots and returns it (not lost)
         view = views.get(rec.name, NodeView())
-        # Silence is what this leader observed: one that took over a moment ago (a failover, or a fresh state) has not
-        # yet given the agents a heartbeat to reach it, so it counts from when it began to lead, never from before.
-        heard = max(rec.last_report.at if rec.last_report else 0.0, view.heard_at, state.leading_since)
-        silent = now - heard > config.agent_silence_s
-        lost = node_lost(slurm_state, silent)
+        lost = rec.name in judgement.lost
         # Act when a node is found lost (or again while its cordon waits for the rate limit), not on every poll: a
         # refused cordon (breaker open) is not retried and logged forever.
         newly_lost = lost and (not rec.lost or rec.name in state.deferred)
         rec.slurm_state, rec.lost = slurm_state, lost
         if newly_lost and not rec.phase.out_of_service:
             who = "Kubernetes" if config.scheduler == "kubernetes" else "Slurm"
-            why = f"lost: {who} reports it {slurm_state}" + (", its agent is silent" if silent else "")
+            why = f"lost: {who} reports it {slurm_state}, its agent is silent"
             jobs = tuple(dict.fromkeys(view.jobs + view.jobs_before))
             taken = take_out_of_service(state, rec, why, "reboot_node", [], config, now, token, lost=True, jobs=jobs)
             out.intents += taken.intents

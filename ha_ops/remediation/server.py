@@ -7,6 +7,8 @@ POST /v1/nodes/NODE/repaired   a person reports a replaced node repaired
 POST /v1/breaker/reset      close the circuit breaker
 POST /v1/maintenance        open (or extend) maintenance windows: {"nodes": [...], "reason": "...", "ttl_s": 3600}
 POST /v1/maintenance/end    close them: {"nodes": [...]}
+POST /v1/holds              a person holds a host (a fenced Slurm controller's is not brought back), or releases it:
+                            {"node": "ctl1", "release": false, "reason": "...", "dry_run": false}
 GET  /v1/state              the controller's state (without what would let a caller forge a report: each node's
                             agent_id and seq), and `safety`: the breaker and each pool's in-service count and minimum
 POST /v1/certificates        a new certificate for the caller's own identity: {"csr": PEM} (with `certificates`)
@@ -85,6 +87,14 @@ class MaintenanceStart(BaseModel):
 class MaintenanceEnd(BaseModel):
     model_config = ConfigDict(extra="forbid")
     nodes: list[Token] = Field(min_length=1, max_length=4096)
+
+
+class HoldRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    node: Token
+    release: bool = False
+    reason: Line = Field("held by an operator", min_length=1)
+    dry_run: bool = False
 
 
 class CertificateRequest(BaseModel):
@@ -302,6 +312,15 @@ def make_handler(controller: Controller) -> type[BaseHTTPRequestHandler]:
                     end = self._body(MaintenanceEnd, "maintenance window end")
                     _check_names(end.nodes)
                     self._send(200, controller.end_maintenance(end.nodes, self._caller()))
+                elif self.path == "/v1/holds":
+                    hold = self._body(HoldRequest, "hold")
+                    _check_names([hold.node])
+                    try:
+                        answer = controller.hold_host(hold.node, hold.release, hold.reason, self._caller(),
+                                                      hold.dry_run)  # fmt: skip
+                    except ValueError as exc:  # an unknown node: nothing changed
+                        raise BadRequest(str(exc)) from None
+                    self._send(200, answer)
                 else:
                     self._send(404, {"error": f"no such path {self.path}"})
             except BadRequest as exc:

@@ -12,7 +12,9 @@ and hand Slurm to its own side of the cut (seen in the lab before a blind leader
 How (fence_primary): over ssh first (kill its slurmctld). A host ssh cannot reach is powered off through its BMC,
 and counts as fenced only once the BMC reports it off; then the backup is told to take control at once (`scontrol
 takeover`: the heartbeat the isolated primary wrote is still fresh). Never two controllers in control: no takeover
-without a confirmed fence.
+without a confirmed fence. A primary whose fence command finds no slurmctld to kill (pkill's exit 1: a killed primary,
+which nobody restarts) is down already: fenced as surely, and the backup takes over. Bringing the fenced host back
+is fence_heal.py's.
 """
 
 from __future__ import annotations
@@ -58,7 +60,7 @@ class FenceWatch:
 @dataclass(frozen=True)
 class FenceOutcome:
     fenced: bool
-    how: str  # "ssh", "bmc", or "" when not fenced
+    how: str  # "ssh", "bmc", "down" (no slurmctld ran there), or "" when not fenced
     said: str  # for the audit log: each step and its result
 
 
@@ -73,13 +75,17 @@ def fence_primary(
     power_off_command: str | None,
     run_on: Callable[[str, str], CommandResult],
     run_here: Callable[[str], CommandResult],
+    none_found_exit: int | None = None,
 ) -> FenceOutcome:
     """Fence `host`'s slurmctld: `ssh_command` on it (`run_on`), else, when ssh cannot reach it,
-    `power_off_command` (with {node}) on the controller's host (`run_here`), which exits 0 once the BMC reports off."""
+    `power_off_command` (with {node}) on the controller's host (`run_here`), which exits 0 once the BMC reports off.
+    `ssh_command` exiting `none_found_exit` found nothing to kill: down already, which is fenced too."""
     try:
         result = run_on(host, ssh_command)
         if result.ok:
             return FenceOutcome(True, "ssh", f"fenced over ssh: {last_line(result)}")
+        if none_found_exit is not None and result.returncode == none_found_exit:
+            return FenceOutcome(True, "down", f"already down: no slurmctld runs there (exit {result.returncode})")
         return FenceOutcome(False, "", f"fence command failed: {last_line(result)}")  # it answers: no power off
     except TransportError as exc:
         unreachable = f"{host} does not answer ssh ({str(exc)[:120]})"

@@ -1,16 +1,18 @@
-"""Benchmark: recovery that survives partitions, in the lab (root). Prints figures only, beside the defaults they
-improve on.
+"""Benchmark: partitions, ten trials each, in the lab (root). Prints per case the false actions (goal: 0 of N trials)
+and the time to recover (p50, max); the last line is the summary.
 
-1. The Slurm primary cut off from the network but alive: seconds until a job runs again (goal 20 s). With Slurm's
-   own failover the backup never takes over (the cut-off primary keeps writing the heartbeat on shared state), and a
-   dead primary is replaced only after SlurmctldTimeout (default 120 s).
-2. The remediation leader cut off while it holds the lease: an XID 79 injected 3 s after the cut, seconds until the
-   node is drained (goal <= 10 s).
-3. A leaf switch cut off (its hosts reach each other, not the rest): the nodes Slurm finds not responding, which a
-   controller deciding node loss by one observer (Slurm) would take out and power-cycle, against the nodes taken out
-   here (two observers: Slurm and the agents' reports through either controller).
+A false action is anything done that the case does not call for: an audited action on a GPU node other than the
+one the case takes out (and the spare brought in for it), a BMC reset of any other host, a Slurm fence or takeover,
+or a leader stepping down where nothing blinds it. Recovery is timed from the fault (or, for a cut that is mended,
+from the mend) until the cluster works again: jobs run, one remediation controller leads, and the expected action
+(a fence, a drain) is done.
 
-Run: sudo .venv/bin/python tests/bench/partitions.py [--trials 3]
+The cases: issue 18's (the Slurm primary cut off but alive; the remediation leader cut off with an XID 79 3 s later;
+each single isolation: the standby, the monitoring node, one GPU node, a leaf switch) and issue 42's partitions of
+the control plane (both controller hosts for 40 s; ctl1 with the monitoring node; ctl1's link flapping every 5 s for
+a minute), each cut and mended.
+
+Run: sudo .venv/bin/python tests/bench/partitions.py [--trials 10] [--case NAME ...]
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ import argparse
 import statistics
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -27,96 +31,161 @@ from ha_ops.chaos.rollbacks import slurm_controllers_back
 from ha_ops.lab.cluster import Lab
 from ha_ops.schedulers.slurm import Slurm
 from ha_ops.util.wait import wait_for
-from tests.integration.test_partitions import lead_from, srun_works
-from tests.labkit import audit_entries, cluster, make_lab, reset_remediation
+from tests.integration.test_partitions import (
+    CONTROL_PLANE_CUTS,
+    ISOLATIONS,
+    cut_control_plane,
+    lead_from,
+    srun_works,
+)
+from tests.labkit import audit_entries, bmc_resets, cluster, down_or_exit, leader, make_lab, reset_remediation
 
 NAME = "benchpart"
+FENCES = ("fence_slurmctld", "slurm_takeover")
 
 
-def primary_cut_off(lab: Lab) -> float:
+@dataclass(frozen=True)
+class Expected:
+    gpu_node: str | None = None  # the GPU node the case takes out (its spare comes in for it)
+    reset: str | None = None  # the one host a BMC may reset
+    fence: bool = False  # the Slurm primary is fenced and the backup takes over
+    step_down: bool = False  # the leader steps down (it is blind)
+
+
+def false_actions(lab: Lab, audit_before: int, resets_before: int, expected: Expected) -> list[str]:
+    gpu_nodes = {n.name for n in lab.ctx.layout.nodes_with_role("gpu")}
+    spares = {n.name for n in lab.ctx.layout.nodes_with_role("gpu") if n.spare}
+    allowed = {expected.gpu_node} | (spares if expected.gpu_node else set())
+    wrong = []
+    for e in audit_entries(lab)[audit_before:]:
+        unexpected_fence = e["what"] in FENCES and not expected.fence
+        unexpected_step_down = e["what"] == "lease_step_down" and not expected.step_down
+        if e["node"] in gpu_nodes and e["node"] not in allowed:
+            wrong.append(f"{e['what']} {e['node']} ({e['why'][:80]})")
+        elif unexpected_fence or unexpected_step_down:
+            wrong.append(f"{e['what']} {e['node'] or ''}")
+    wrong += [f"BMC {kind} {host}" for kind, host in bmc_resets(lab)[resets_before:] if host != expected.reset]
+    return wrong
+
+
+def whole_again(lab: Lab, since: float) -> float:
+    wait_for("one remediation leader", lambda: leader(lab), timeout=120, interval=0.2)
+    wait_for("jobs run", lambda: srun_works(lab), timeout=120, interval=0.5)
+    return time.time() - since
+
+
+def restore(lab: Lab) -> None:
+    for node in ("ctl1", "ctl2", "mon1", "gpu3"):
+        handle = lab.node(node)
+        if not handle.power_is_on():
+            handle.power_cycle()
+        handle.link_up("eth0")
+    for uplink in ("to-spine1", "to-spine2"):
+        lab.node("leaf2").link_up(uplink)
+    lab.node("gpu3").gpus().clear()
+    slurm_controllers_back(cluster(lab), timeout=60)
+
+
+def primary_cut_off(lab: Lab) -> tuple[float, Expected]:
     lead_from(lab, "ctl2")
     cut = time.time()
     lab.node("ctl1").link_down("eth0")
-    try:
-        wait_for("jobs run again", lambda: srun_works(lab), timeout=120, interval=0.5)
-        return time.time() - cut
-    finally:
-        lab.node("ctl1").link_up("eth0")
-        if not lab.node("ctl1").power_is_on():
-            lab.node("ctl1").power_cycle()
-        slurm_controllers_back(cluster(lab), timeout=60)
+    wait_for("jobs run again", lambda: srun_works(lab), timeout=120, interval=0.5)
+    return time.time() - cut, Expected(reset="ctl1", fence=True)
 
 
-def leader_cut_off(lab: Lab) -> float:
+def leader_cut_off(lab: Lab) -> tuple[float, Expected]:
     lead_from(lab, "ctl2")
     slurm = Slurm(lab.transport("gpu1"))
     lab.node("ctl2").link_down("eth0")
-    try:
-        time.sleep(3.0)
-        injected = time.time()
-        lab.node("gpu3").gpus().fall_off_bus(1)
-        wait_for("gpu3 drained", lambda: slurm.node("gpu3").drained, timeout=60, interval=0.05)
-        return time.time() - injected
-    finally:
-        lab.node("ctl2").link_up("eth0")
+    time.sleep(3.0)
+    injected = time.time()
+    lab.node("gpu3").gpus().fall_off_bus(1)
+    wait_for("gpu3 drained", lambda: slurm.node("gpu3").drained, timeout=60, interval=0.05)
+    seconds = time.time() - injected
+    lab.node("ctl2").link_up("eth0")
+    return seconds, Expected(gpu_node="gpu3", step_down=True)
 
 
-def leaf_cut_off(lab: Lab) -> tuple[int, int]:
-    """(nodes Slurm found not responding, nodes taken out) over 20 s with leaf2's uplinks down."""
-    lead_from(lab, "ctl1")
-    slurm = Slurm(lab.transport("gpu1"))
-    gpu_nodes = {n.name for n in lab.ctx.layout.nodes_with_role("gpu")}
-    unresponsive: set[str] = set()
-    for uplink in ("to-spine1", "to-spine2"):
-        lab.node("leaf2").link_down(uplink)
-    try:
-        deadline = time.time() + 20.0
-        while time.time() < deadline:
-            states = slurm.node_states()
-            unresponsive |= {n for n, s in states.items() if n in gpu_nodes and (s.endswith("*") or "down" in s)}
-            time.sleep(1.0)
-        taken_out = {e["node"] for e in audit_entries(lab) if e["what"] == "drain"}
-        return len(unresponsive), len(taken_out)
-    finally:
-        for uplink in ("to-spine1", "to-spine2"):
-            lab.node("leaf2").link_up(uplink)
+def isolation(case: str) -> Callable[[Lab], tuple[float, Expected]]:
+    cuts, node = ISOLATIONS[case]
+
+    def run(lab: Lab) -> tuple[float, Expected]:
+        lead_from(lab, "ctl1")
+        began = time.time()
+        for cut in cuts:
+            host, interface = cut.split(":")
+            lab.node(host).link_down(interface)
+        if node is not None:  # lost: fenced through its BMC (its power cycle mends the cut)
+            wait_for(f"{node} fenced", lambda: node in {h for _, h in bmc_resets(lab)}, timeout=90, interval=0.5)
+            return whole_again(lab, began), Expected(gpu_node=node, reset=node)
+        time.sleep(20.0)  # past SlurmdTimeout and agent_silence_s: a wrong verdict would have come by now
+        for cut in cuts:
+            host, interface = cut.split(":")
+            lab.node(host).link_up(interface)
+        return whole_again(lab, time.time()), Expected()
+
+    return run
+
+
+def control_plane(case: str) -> Callable[[Lab], tuple[float, Expected]]:
+    cuts, seconds, flap_s = CONTROL_PLANE_CUTS[case]
+    primary_cut = any(c.startswith("ctl1:") for c in cuts) and not flap_s and "ctl2:eth0" not in cuts
+
+    def run(lab: Lab) -> tuple[float, Expected]:
+        lead_from(lab, "ctl1")
+        mended = cut_control_plane(lab, cuts, seconds, flap_s)
+        recovered = whole_again(lab, mended)
+        time.sleep(max(0.0, mended + 25.0 - time.time()))  # past agent_silence_s after the mend
+        # ctl1 cut with the monitoring node: the Slurm primary cut off, fenced (and healed) as in issue 18's case.
+        return recovered, Expected(reset="ctl1", fence=True, step_down=True) if primary_cut else Expected()
+
+    return run
+
+
+CASES: dict[str, Callable[[Lab], tuple[float, Expected]]] = {
+    "Slurm primary cut off": primary_cut_off,
+    "remediation leader cut off": leader_cut_off,
+    **{f"{case} cut off": isolation(case) for case in ISOLATIONS},
+    **{case: control_plane(case) for case in CONTROL_PLANE_CUTS},
+}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--trials", type=int, default=3)
+    parser.add_argument("--trials", type=int, default=10)
+    parser.add_argument("--case", action="append", choices=list(CASES), help="only these cases (default: all)")
     args = parser.parse_args()
+    cases = args.case or list(CASES)
     lab = make_lab(NAME)
     lab.down()
     lab.up()
+    recover: dict[str, list[float]] = {c: [] for c in cases}
+    wrong: dict[str, int] = dict.fromkeys(cases, 0)
     try:
-        primary, leader, leaf = [], [], []
         for trial in range(1, args.trials + 1):
-            reset_remediation(lab)
-            primary.append(primary_cut_off(lab))
-            reset_remediation(lab)
-            leader.append(leader_cut_off(lab))
-            lab.node("gpu3").gpus().clear()
-            reset_remediation(lab)
-            leaf.append(leaf_cut_off(lab))
-            print(f"trial {trial}: Slurm primary cut off -> jobs run again after {primary[-1]:.1f} s; leader cut off "
-                  f"-> XID 79 drained {leader[-1]:.1f} s after injection; leaf cut off -> {leaf[-1][0]} node(s) "
-                  f"not responding to Slurm, {leaf[-1][1]} taken out", flush=True)  # fmt: skip
+            for case in cases:
+                reset_remediation(lab)
+                audit_before, resets_before = len(audit_entries(lab)), len(bmc_resets(lab))
+                try:
+                    seconds, expected = CASES[case](lab)
+                    found = false_actions(lab, audit_before, resets_before, expected)
+                finally:
+                    restore(lab)
+                recover[case].append(seconds)
+                wrong[case] += bool(found)
+                print(f"trial {trial} {case}: recovered in {seconds:.1f} s, false actions {found or 'none'}",
+                      flush=True)  # fmt: skip
         reset_remediation(lab)
     finally:
-        lab.down()
-    one_observer = max(n for n, _ in leaf)
-    taken = max(t for _, t in leaf)
-    print(
-        f"Slurm primary cut off but alive: jobs run again after median {statistics.median(primary):.1f} s, max "
-        f"{max(primary):.1f} s (goal 20 s; Slurm alone: never, and after SlurmctldTimeout 120 s for a dead primary)"
-    )
-    print(f"remediation leader cut off: an XID 79 3 s after the cut drained after median "
-          f"{statistics.median(leader):.1f} s, max {max(leader):.1f} s (goal <= 10 s)")  # fmt: skip
-    print(f"leaf switch cut off: healthy nodes taken out {taken} (node loss by one observer, Slurm: {one_observer})")
-    print(f"partitions over {args.trials} trials: primary cut off {statistics.median(primary):.1f} s to jobs, leader "
-          f"cut off {statistics.median(leader):.1f} s to drain, leaf cut off {taken} healthy nodes taken out "
-          f"(one observer: {one_observer})")  # fmt: skip
+        down_or_exit(lab)
+    everything = [s for times in recover.values() for s in times]
+    for case in cases:
+        times = recover[case]
+        print(f"{case}: false actions in {wrong[case]} of {len(times)} trials (goal 0); recover p50 "
+              f"{statistics.median(times):.1f} s max {max(times):.1f} s")  # fmt: skip
+    print(f"partitions: {len(cases)} cases x {args.trials} trials, {sum(wrong.values())} false actions, recover p50 "
+          f"{statistics.median(everything):.1f} s max {max(everything):.1f} s")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -46,6 +46,7 @@ CLUSTER_ALERTS = {
 LAB_ALERTS = [
     "HaOpsScrapeTargetDown", "HaOpsGpuNodeUnhealthy", "HaOpsStorageMasterDown", "HaOpsStorageUnderReplicated",
     "HaOpsStorageMissingChunks", "HaOpsRemediationBreakerOpen", "HaOpsNodeNeedsReplacement", "HaOpsGpuNodeDegraded",
+    "HaOpsRemediationBlocked",
 ]  # fmt: skip
 
 
@@ -75,6 +76,13 @@ def test_every_cluster_alert_exists_with_its_severity_and_a_hold_time() -> None:
     assert "absent(ha_ops_controller_leader)" in rules["HaOpsNoRemediationLeader"]["expr"]
     assert 'state="unhealthy"' in rules["HaOpsGpuUnhealthy"]["expr"]
     assert "ha_ops_slurm_controller_up" in rules["HaOpsSlurmNoController"]["expr"]
+
+
+def test_the_blocked_alert_names_the_document_and_waits_for_nobody_leading() -> None:
+    rule = next(r for r in group(LAB_GROUP)["rules"] if r["alert"] == "HaOpsRemediationBlocked")
+    assert rule["expr"].startswith("ha_ops_controller_blocked == 1 unless on () (sum(ha_ops_controller_leader) > 0)")
+    assert "{{ $labels.document }}" in rule["annotations"]["description"]
+    assert RUNBOOKS["HaOpsRemediationBlocked"] == "remediation-controller-failure.md"
 
 
 def test_the_lab_keeps_only_its_own_group_unchanged() -> None:

@@ -520,6 +520,8 @@ def test_metrics(tmp_path: Path) -> None:
     assert 'ha_ops_controller_node_phase{node="n2",phase="healthy"} 1.0' in text
     assert 'ha_ops_controller_intents{status="pending"} 3.0' in text
     assert 'ha_ops_controller_deferred{id="ctl1"} 0.0' in text
+    assert 'ha_ops_controller_view_whole{id="ctl1"} 0.0' in text  # (no poll of the fleet yet)
+    assert 'ha_ops_controller_suspects_held{id="ctl1"} 0.0' in text
     standby = generate_latest(b.c.registry).decode()
     assert 'ha_ops_controller_leader{id="ctl2"} 0.0' in standby
     assert "ha_ops_controller_breaker_open" not in standby  # a standby has no state to describe
@@ -538,13 +540,25 @@ def test_metrics_name_a_node_held_for_replacement(rig: Rig) -> None:
     assert 'ha_ops_controller_needs_replacement{node="n1"} 1.0' in text
 
 
+def poll_the_fleet(rig: Rig, n1: str, ticks: int = 1) -> None:
+    """Polls of the whole fleet, a second apart: n1 in state `n1` and its agent silent, every other node idle and
+    its agent heard (a view of the fleet that is whole: observers.py)."""
+    for _ in range(ticks):
+        others = [n for n in rig.c.state.nodes if n != "n1"] if rig.c.state else []
+        for node in others:
+            rig.c.heard_from(node)
+        rig.c._fresh_states = {node: ("idle", "") for node in others} | {"n1": (n1, "")}
+        rig.step(seconds=1.0)
+
+
 @pytest.mark.parametrize("fence_fails", [False, True])
 def test_a_lost_nodes_jobs_are_released_only_after_its_fence_succeeded(rig: Rig, fence_fails: bool) -> None:
     rig.executor.scheduler.running = {"n1": ["41"]}
     rig.executor.fail["reboot_node"] = 1 if fence_fails else 0
-    rig.step(seconds=1.0, ticks=int(rig.config.agent_silence_s) + 1)  # the new leader listens for the silence first
-    rig.c._fresh_states = {"n1": ("down*", "")}  # what the node-state poller hands the next tick
-    rig.step()
+    poll_the_fleet(rig, "idle", ticks=int(rig.config.agent_silence_s) + 1)  # the new leader listens first
+    assert rig.c.describe()["observers"]["view_whole"]
+    assert 'ha_ops_controller_view_whole{id="ctl1"} 1.0' in generate_latest(rig.c.registry).decode()
+    poll_the_fleet(rig, "down*")  # what the node-state poller hands the next tick
     order = [k for k, n in rig.executor.calls if n == "n1"]
     assert order[:3] == ["drain", "reboot_node", "requeue_jobs"]
     requeue = rig.executor.args[[c for c in rig.executor.calls].index(("requeue_jobs", "n1"))]
@@ -555,11 +569,9 @@ def test_a_lost_nodes_job_that_slurm_requeued_before_the_read_is_released_from_t
     """The poll that finds n1 down* reads its jobs too, but Slurm requeued job 41 in that same moment: it is pending,
     on no node. The read before saw it on n1, and the requeue step releases it (else it waits 120 s)."""
     rig.executor.scheduler.running = {"n1": ["41"]}
-    rig.c._fresh_states = {"n1": ("allocated", "")}
-    rig.step(seconds=1.0, ticks=int(rig.config.agent_silence_s) + 1)  # polls while it runs; the agent goes silent
+    poll_the_fleet(rig, "allocated", ticks=int(rig.config.agent_silence_s) + 1)  # while it runs; its agent silent
     rig.executor.scheduler.running = {}  # requeued by Slurm: pending, no longer on n1
-    rig.c._fresh_states = {"n1": ("down*", "")}
-    rig.step()
+    poll_the_fleet(rig, "down*")
     requeue = rig.executor.args[rig.executor.calls.index(("requeue_jobs", "n1"))]
     assert requeue["release"] == ["41"]
 

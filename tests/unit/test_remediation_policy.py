@@ -74,6 +74,10 @@ class Sim:
         self.state = ControllerState()
         self.now = 1000.0
         policy.init_state(self.state, self.config, self.now)
+        # The leader has seen the whole fleet for a while (observers.py): silence counts from then.
+        self.now -= 100
+        self.tick({n: NodeView(state="idle", heard_at=self.now) for n in self.state.nodes})
+        self.now += 100
 
     def node(self, name: str = "n1") -> Any:
         return self.state.nodes[name]
@@ -84,8 +88,15 @@ class Sim:
     def alert(self, a: dict[str, Any]) -> Outcome:
         return policy.on_alert(self.state, a, self.config, self.now, TOKEN)
 
-    def tick(self, views: dict[str, NodeView] | None = None) -> Outcome:
-        return policy.on_tick(self.state, views or {}, self.config, self.now, TOKEN)
+    def tick(self, views: dict[str, NodeView] | None = None, whole: bool = True) -> Outcome:
+        """One tick. A poll (`views` with states) is of the whole fleet: the nodes it does not name are idle and
+        their agents heard just now, unless `whole` is False (then the views are all there is)."""
+        views = dict(views or {})
+        if whole and any(v.state for v in views.values()):
+            polled_at = max(v.polled_at for v in views.values())
+            for name in self.state.nodes:
+                views.setdefault(name, NodeView(state="idle", heard_at=self.now, polled_at=polled_at))
+        return policy.on_tick(self.state, views, self.config, self.now, TOKEN)
 
     def finish(self, validate: str = "pass", status: str = "done", nodes: tuple[str, ...] = ()) -> list[Intent]:
         done = [i for i in self.state.pending() if not nodes or i.node in nodes]
