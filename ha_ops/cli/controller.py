@@ -264,7 +264,7 @@ def maintenance_end(
 
 @controller_app.command()
 def hold(
-    node: str = typer.Argument(..., help="A Slurm or remediation controller's host, or a configured node."),
+    node: str = typer.Argument(..., help="A Slurm or remediation controller's host (the hosts the controllers fence)."),
     release: bool = typer.Option(False, "--release", help="End the hold: ha-ops may bring the host back again."),
     reason: str = typer.Option("held by an operator", "--reason", help="Why (audited, and kept in the state)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="The controller says what would change; nothing changes."),

@@ -22,10 +22,11 @@ LAB_LADDER = {"validate_timeout_s": 20.0, "probation_s": 20.0, "max_flaps": 2, "
 
 
 # Kill this node's slurmctld only if the pid file still names one (a pid left by a killed one may be reused). None
-# running exits 1, as pkill does when nothing matches: the primary is down already (slurm_fence.none_found_exit).
+# running exits 3, as the default fence does when pgrep finds none: the primary is down already
+# (slurm_fence.none_found_exit).
 _LAB_FENCE = (
     'pid=$(cat {pidfile} 2>/dev/null); if [ -n "$pid" ] && [ "$(cat /proc/$pid/comm 2>/dev/null)" = slurmctld ]; '
-    'then kill -KILL "$pid" && echo "killed slurmctld $pid"; else echo "no slurmctld running"; exit 1; fi'
+    'then kill -KILL "$pid" && echo "killed slurmctld $pid"; else echo "no slurmctld running"; exit 3; fi'
 )
 
 

@@ -151,6 +151,15 @@ class MonitoringWatch(ConfigModel):
         return self
 
 
+# Kill slurmctld and check it is gone; exit 3 only when pgrep finds none running (pgrep exits 1 for no match, 2-3
+# for its own errors, which count as a failure: no takeover without a confirmed fence).
+DEFAULT_FENCE_COMMAND = (
+    "pgrep -x slurmctld >/dev/null; case $? in 1) echo 'no slurmctld running'; exit 3;; 0) ;; *) exit 1;; esac; "
+    "pkill -KILL -x slurmctld; for i in 1 2 3 4 5 6 7 8 9 10; do pgrep -x slurmctld >/dev/null || "
+    "{ echo 'slurmctld killed'; exit 0; }; sleep 0.2; done; echo 'slurmctld still runs'; exit 1"
+)
+
+
 class SlurmFence(ConfigModel):
     """Fencing a hung Slurm primary. A frozen slurmctld still accepts connections, so Slurm's clients keep waiting
     on it (MessageTimeout) and never reach the backup that took over; killing the hung one sends them there."""
@@ -163,7 +172,11 @@ class SlurmFence(ConfigModel):
         "time (ssh_connect_timeout_s, the BMC's power off) under 1.5 x SlurmctldTimeout: jobs that end while no "
         "controller is in control lose their completion after that and Slurm requeues them.",
     )
-    command: str = Field("pkill -KILL -x slurmctld", description="Run on the hung primary's host over ssh.")
+    command: str = Field(
+        DEFAULT_FENCE_COMMAND,
+        description="Run on the hung primary's host over ssh: exit 0 once no slurmctld runs there (killed, and "
+        "checked gone), `none_found_exit` when none ran, anything else when it could not be killed.",
+    )
     ssh_connect_timeout_s: float = Field(
         2.0, gt=0, description="How long ssh may take to reach the primary's host before its BMC fences it instead."
     )
@@ -181,9 +194,10 @@ class SlurmFence(ConfigModel):
     # Healing (remediation/fence_heal.py): the fenced host comes back as the standby by itself, so that the next
     # single failure still finds a backup controller.
     none_found_exit: int | None = Field(
-        1,
-        description="`command`'s exit code that means no slurmctld was running there (pkill: nothing matched): the "
-        "primary is down already, which fences it as surely as a kill. None: every non-zero exit is a failure.",
+        3,
+        description="`command`'s exit code that means no slurmctld was running there (the default command's pgrep "
+        "found none): the primary is down already, which fences it as surely as a kill. Never pkill's own exit 1, "
+        "which also means a match it could not signal. None: every non-zero exit is a failure.",
     )
     action: Literal["reboot", "off"] = Field(
         "reboot",
@@ -400,6 +414,10 @@ class ControllerConfig(ConfigModel):
         enrolling = self.certificates is not None and self.certificates.enrollment is not None
         if enrolling and self.kubernetes is None:
             raise ValueError("certificates.enrollment: needs kubernetes (tokens are reviewed by its API server)")
+        if self.agent_silence_s <= self.blind_after_s:
+            # Silence counts from when the leader's view became whole again: this is its settle window after a mend.
+            raise ValueError(f"agent_silence_s ({self.agent_silence_s:g}) must be over blind_after_s "
+                             f"({self.blind_after_s:g}), the window in which every live agent is heard")  # fmt: skip
         placed: dict[str, str] = {}
         for domain, members in self.failure_domains.items():
             for node in members:

@@ -45,7 +45,7 @@ from ha_ops.remediation.lease import LeaderLease, Lease, LeaseLost
 from ha_ops.remediation.model import ControllerState, Intent, NodePhase
 from ha_ops.remediation.slurm_fence import FenceWatch, fence_primary, last_line
 from ha_ops.remediation.snapshots import SnapshotRing
-from ha_ops.remediation.store import StateStore, state_text
+from ha_ops.remediation.store import StateError, StateStore, state_text
 from ha_ops.remediation.view import View, ViewStore, last_heard, should_yield
 from ha_ops.schedulers.base import SchedulerJob
 from ha_ops.util.proc import CommandResult
@@ -238,6 +238,11 @@ class Controller:
         # The log read afresh (its predecessor may have written after its last save) and its chain checked against
         # the head the state recorded: a cut or edited log is found here, at every takeover, not adopted.
         problems = self.audit.resume(AuditHead(state.audit_seq, state.audit_hash))
+        if state.audit_seq == 0 and (logged := self.audit.head_as_written().seq) > 0:
+            # No state, but a log of past actions: the state was removed, not never written. Forgetting what was
+            # done (nodes out of service, a fence under way) is worse than leading nothing until it is restored.
+            raise StateError(f"controller state {self.documents.describe(self.store.name)} is missing while the audit "
+                             f"log holds {logged} entries; restore it (ha-ops controller state restore)")  # fmt: skip
         state.audit_problems = problems[:20]
         self.token, self.state, self._saved = token, state, ""
         self._durable_below = 0
@@ -476,16 +481,19 @@ class Controller:
         now = self.clock()
 
         def decide(state: ControllerState, token: int) -> policy.Outcome:
-            known = (self._known | {h for h, _ in self.slurm_controllers} | {self.config.id} | set(state.fences)
-                     | set(state.held) | {v.id for v in self.peer_views})  # fmt: skip
+            # The hosts the controllers fence: the Slurm controllers, the remediation controllers, any fenced or held.
+            known = ({h for h, _ in self.slurm_controllers} | {self.config.id} | set(state.fences) | set(state.held)
+                     | {v.id for v in self.peer_views})  # fmt: skip
+            if node in self._known and node not in known:
+                raise ValueError(f"{node} is a GPU node, which the controllers never fence: a hold keeps a fenced "
+                                 f"controller host as it is; to keep the controllers off {node}, use "
+                                 "`ha-ops controller maintenance start`")  # fmt: skip
             change = fence_heal.change_hold(state.held, node, release, reason, by, now, known)
             if dry_run or change.entry is None:
                 return policy.Outcome(notes=[f"dry run, nothing changed: {change.note}" if dry_run else change.note])
             self.lease.check(token)  # a deposed leader holds nothing and audits nothing
             state.held = change.held
-            e = change.entry
-            self._unaudited.append({"at": now, "who": self._who(token), "what": e.what, "node": e.node, "why": e.why,
-                                    "before": e.before, "after": e.after})  # fmt: skip
+            self._unaudited.append(self._entry(token, change.entry, now))
             return policy.Outcome(notes=[change.note])
 
         return self._decide(decide)
@@ -843,9 +851,6 @@ class Controller:
             took = fence_heal.took_over(heal.record, self.clock())
             self._fence_write(token, [Entry("slurm_takeover", backup, f"{host} was {how}", "standby", said)], took)
 
-    def _audit_fence(self, token: int, what: str, node: str, why: str, before: str, after: str) -> None:
-        self._fence_write(token, [Entry(what, node, why, before, after)])
-
     def _fence_write(self, token: int, entries: Iterable[Entry], record: FenceRecord | None = None) -> None:
         """Audit the entries and keep the fenced host's record with them, in one write of the state."""
         with self._lock:
@@ -853,10 +858,13 @@ class Controller:
                 return
             if record is not None:
                 self.state.fences[record.host] = record
-            for e in entries:
-                self._unaudited.append({"at": self.clock(), "who": self._who(token), "what": e.what, "node": e.node,
-                                        "why": e.why, "before": e.before, "after": e.after})  # fmt: skip
+            self._unaudited += [self._entry(token, e, self.clock()) for e in entries]
             self._save()
+
+    def _entry(self, token: int, e: Entry, at: float) -> dict[str, Any]:
+        """An audit entry of this term, from a fence_heal Entry."""
+        return {"at": at, "who": self._who(token), "what": e.what, "node": e.node, "why": e.why, "before": e.before,
+                "after": e.after}  # fmt: skip
 
     def _heal_loop(self) -> None:
         """Bring fenced hosts back (fence_heal.py): a thread of its own, since a power on waits for the BMC."""

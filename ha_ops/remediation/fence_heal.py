@@ -1,5 +1,6 @@
-"""Fencing that heals: a fenced Slurm primary is brought back as the standby by itself, so that the next single
-failure still finds a backup controller and a second remediation controller (issue 42).
+"""Fencing that heals: a fenced Slurm primary is brought back by itself, so that the next single failure still finds
+a backup controller and a second remediation controller (issue 42). (Slurm 22.05's primary takes control back as it
+starts: the backup that stood in for it returns to standby; its remediation controller comes back as the standby.)
 
 Pure: each decision is a function of the fenced host's record, what the leader sees now, the time and the config.
 The records live in the controller's shared state (ControllerState.fences), so a new leader finishes a heal its
@@ -39,6 +40,7 @@ from ha_ops.util.command_template import fill
 
 BACKUP_GRACE_S = 10.0  # the backup silent this long after the primary answers again: restarted (hand-back fault)
 BACKUP_RESTARTS = 2  # at most, per heal
+HEALS_IN_A_ROW_S = 3600.0  # a fence within this of the last heal's failure counts as the same trouble
 
 Phase = Literal["fenced", "rejoining", "rejoined", "failed"]
 How = Literal["ssh", "bmc", "down"]  # killed over ssh, powered off through its BMC, found with no slurmctld
@@ -78,7 +80,7 @@ class Hold(BaseModel):
 
 
 class Entry(NamedTuple):
-    """An audit entry, as the controller's `_audit_fence` writes it."""
+    """An audit entry, as the controller's `_fence_write` writes it."""
 
     what: str
     node: str
@@ -119,7 +121,9 @@ def start(
     host: str, how: How, backup: str, controller: bool, now: float, previous: FenceRecord | None, cfg: SlurmFence
 ) -> Decision:
     """The record of a fence that just succeeded (before the takeover: `took_over` sets its time)."""
-    heals = previous.heals + 1 if previous is not None and previous.phase == "failed" else 1
+    # Heals in a row: only after a heal that failed lately (one that failed long ago, a person has seen to since).
+    chained = previous is not None and previous.phase == "failed" and now - previous.since < HEALS_IN_A_ROW_S
+    heals = previous.heals + 1 if chained and previous is not None else 1
     record = FenceRecord(host=host, how=how, action=cfg.action, backup=backup, controller=controller,
                          fenced_at=now, since=now, heals=heals)  # fmt: skip
     if heals > cfg.max_heals:
@@ -166,8 +170,9 @@ def _bring_back(record: FenceRecord, seen: Seen, now: float, cfg: SlurmFence) ->
         return Decision(record)
     if record.how != "bmc":
         return Decision(record, Run("restart", host, cfg.restart_command, ssh=True))
-    if cfg.power_on_command is None:
-        return _failed(record, now, "no power_on_command: it stays off until a person powers it on")
+    if cfg.power_on_command is None:  # (a choice of the config, not a failure to try again: left to a person)
+        return _failed(record.model_copy(update={"heals": cfg.max_heals}), now,
+                       "no power_on_command: it stays off until a person powers it on")  # fmt: skip
     if record.action == "off":
         if not seen.whole:
             return _noted(record, "off until the partition is over (the leader hears the cluster again)")
@@ -254,10 +259,10 @@ class HoldChange:
 def change_hold(
     held: dict[str, Hold], node: str, release: bool, reason: str, by: str, now: float, known: set[str]
 ) -> HoldChange:
-    """Hold `node` (or release it). ValueError naming a node that is neither a controller host nor configured."""
+    """Hold `node` (or release it). ValueError naming a node that is not among the `known` controller hosts."""
     if node not in known:
-        raise ValueError(f"unknown node {node!r}: neither a Slurm or remediation controller host nor a configured "
-                         f"node (known: {', '.join(sorted(known)) or 'none'})")  # fmt: skip
+        raise ValueError(f"unknown node {node!r}: not a Slurm or remediation controller host "
+                         f"(known: {', '.join(sorted(known)) or 'none'})")  # fmt: skip
     was = held.get(node)
     if release:
         if was is None:

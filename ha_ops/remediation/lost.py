@@ -71,12 +71,16 @@ def judge(state: ControllerState, views: dict[str, NodeView], config: Controller
             reason = observers.domain_silent(name, domain_of, config.failure_domains, heard_now, config.observer_quorum)
             if reason is not None:
                 held[name] = reason
+        # A mass verdict counts every node on its way to being found lost, not only those that cross the silence in
+        # this very poll: the agents' heartbeats are spread over seconds, so the nodes a partition silenced together
+        # cross agent_silence_s one poll apart. On its way: in service, down, and silent past blind_after_s.
         by_pool: dict[str, list[str]] = defaultdict(list)
-        for name in suspects:
+        for name, view in expected.items():
             rec = state.nodes[name]
-            if name not in held and not rec.phase.out_of_service and (not rec.lost or name in state.deferred):
+            if name not in held and not observers.responding(view.state) and not heard_now[name]:
                 by_pool[rec.pool].append(name)
-        held |= observers.mass_verdict(by_pool, {pool: breaker_limit(state, pool, config.safety) for pool in by_pool})
+        limits = {pool: breaker_limit(state, pool, config.safety) for pool in by_pool}
+        held |= {n: why for n, why in observers.mass_verdict(by_pool, limits).items() if n in suspects}
         lost = {n for n in suspects if n not in held}
     if held != contact.held:  # (noted when it changes, not at every poll)
         notes += [f"{node} is silent and down but not found lost: {reason}" for node, reason in held.items()]

@@ -151,8 +151,8 @@ def mass_verdict(suspects_by_pool: Mapping[str, list[str]], limits: Mapping[str,
         limit = limits.get(pool, 1)
         if len(suspects) > limit:
             why = (
-                f"{len(suspects)} nodes of pool {pool} found lost at once, more than the breaker allows ({limit}): a "
-                "partition of the observer, not that many faults"
+                f"{len(suspects)} nodes of pool {pool} silent and down at once, more than the breaker allows "
+                f"({limit}): a partition of the observer, not that many faults"
             )
             blocked |= dict.fromkeys(suspects, why)
     return blocked

@@ -126,6 +126,7 @@ class Plan:
     current: str  # what is wrong with the state now
     replayed: int = 0
     notes: list[str] = field(default_factory=list)
+    state_before: str | None = None  # the state document as planned on: apply refuses if it changed since
 
     def describe(self) -> dict[str, Any]:
         return {"how": self.how, "source": self.source, "audit_seq": self.head.seq, "audit_hash": self.head.hash,
@@ -162,6 +163,19 @@ def plan(
     if chain.problems:
         raise RestoreRefused(f"the audit log {documents.describe('audit.jsonl')} does not verify, so no state can be "
                              f"checked against it: {'; '.join(chain.problems[:5])}")  # fmt: skip
+    planned = _plan(documents, chain, from_name, rebuild, nodes, init)
+    planned.state_before = documents.read(STATE)
+    return planned
+
+
+def _plan(
+    documents: Documents,
+    chain: Chain,
+    from_name: str | None,
+    rebuild: bool,
+    nodes: set[str] | None,
+    init: Callable[[ControllerState], None] | None,
+) -> Plan:
     snapshots, damaged = read_all(documents)
 
     def where(slot: str) -> str:
@@ -267,11 +281,19 @@ def apply(
         kept = None
         with lease.fenced(token):
             old = documents.read(STATE)
+            head = AuditLog(documents, key=audit_key).head()
+            if old != the_plan.state_before or head != the_plan.head:
+                # A leader wrote between the plan and this term: its newer state (or actions) must not be replaced.
+                raise RestoreRefused(f"{documents.describe(STATE)} or the audit log changed since the restore was "
+                                     f"planned (the log's head is seq {head.seq}, planned at {the_plan.head.seq}): "
+                                     "nothing changed; run it again")  # fmt: skip
             if old is not None:  # (copied, not moved: a reader never finds no state at all)
                 kept = damaged_name(now)
                 documents.write(kept, old)
-            documents.write(STATE, the_plan.text)
+        # Audited before the state is written, as the controllers do: a restore never lands unaudited.
         audited = _audit(the_plan, documents, lease, token, audit_key, kept, now)
+        with lease.fenced(token):
+            documents.write(STATE, the_plan.text)
     finally:
         lease.release()
     return {**the_plan.describe(), "state": documents.describe(STATE),

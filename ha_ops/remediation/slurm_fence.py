@@ -12,8 +12,9 @@ and hand Slurm to its own side of the cut (seen in the lab before a blind leader
 How (fence_primary): over ssh first (kill its slurmctld). A host ssh cannot reach is powered off through its BMC,
 and counts as fenced only once the BMC reports it off; then the backup is told to take control at once (`scontrol
 takeover`: the heartbeat the isolated primary wrote is still fresh). Never two controllers in control: no takeover
-without a confirmed fence. A primary whose fence command finds no slurmctld to kill (pkill's exit 1: a killed primary,
-which nobody restarts) is down already: fenced as surely, and the backup takes over. Bringing the fenced host back
+without a confirmed fence. A primary whose fence command finds no slurmctld to kill (its pgrep found none: exit
+`none_found_exit`; a killed primary, which nobody restarts) is down already: fenced as surely, and the backup takes
+over. Bringing the fenced host back
 is fence_heal.py's.
 """
 

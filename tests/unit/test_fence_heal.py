@@ -1,7 +1,7 @@
 """Fencing that heals (ha_ops.remediation.fence_heal, issue 42): a fenced Slurm primary is brought back as the standby
 by itself, from scripted observations: after a BMC fence with action reboot, after one with action off (once its BMC
 answers and the partition is over), not while a person holds it, and a heal that times out. A killed primary (its
-fence finds no slurmctld: pkill's exit 1) counts as fenced, and is restarted over ssh."""
+fence finds no slurmctld: its none_found_exit) counts as fenced, and is restarted over ssh."""
 
 from __future__ import annotations
 
@@ -150,17 +150,17 @@ def _run(code: int, text: str = "") -> CommandResult:
     return CommandResult(["sh", "-c", "pkill -KILL -x slurmctld"], code, text, "")
 
 
-def test_a_killed_primarys_pkill_exit_1_is_already_down_a_fence_and_its_slurmctld_is_restarted_over_ssh() -> None:
-    def fence(code: int, none_found_exit: int | None = 1) -> FenceOutcome:
+def test_a_killed_primary_found_down_is_fenced_and_its_slurmctld_is_restarted_over_ssh() -> None:
+    def fence(code: int, none_found_exit: int | None = SlurmFence().none_found_exit) -> FenceOutcome:
         powered: list[str] = []
-        outcome = fence_primary("ctl1", "pkill -KILL -x slurmctld", "power off {node}", lambda h, c: _run(code),
+        outcome = fence_primary("ctl1", SlurmFence().command, "power off {node}", lambda h, c: _run(code),
                                 lambda c: powered.append(c) or _run(0), none_found_exit)  # fmt: skip
         assert powered == []  # it answers ssh: never powered off
         return outcome
 
-    assert fence(1) == FenceOutcome(True, "down", "already down: no slurmctld runs there (exit 1)")
-    assert not fence(1, none_found_exit=None).fenced  # a fence command whose exit 1 means it failed
-    assert not fence(3).fenced  # pkill's own failure
+    assert fence(3) == FenceOutcome(True, "down", "already down: no slurmctld runs there (exit 3)")  # pgrep: none
+    assert not fence(1).fenced  # still running after the kill (or pgrep failed): no takeover
+    assert not fence(3, none_found_exit=None).fenced
     record = fenced("down")
     restart = fence_heal.decide(record, FENCED_OFF, T0 + 17, CFG)
     assert restart.run == Run("restart", "ctl1", "systemctl start slurmctld", ssh=True)

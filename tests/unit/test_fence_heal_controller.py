@@ -11,12 +11,10 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from ha_ops.errors import TransportError
 from ha_ops.remediation.config import SlurmFence
 from ha_ops.remediation.view import View, ViewStore
-from ha_ops.util.proc import CommandResult
 from tests.unit.cli_helpers import run_main
-from tests.unit.test_remediation_controller import Clock, Rig
+from tests.unit.test_remediation_controller import Clock, CutOffPrimary, Rig
 from tests.unit.test_remediation_server import make_controller, serving
 
 FENCE = SlurmFence(
@@ -29,21 +27,7 @@ CUT = [("ctl1", "DOWN"), ("ctl2", "UP")]  # the primary cut off, the backup in s
 BACK = [("ctl1", "UP"), ("ctl2", "UP")]
 
 
-class CutOffHost:
-    """Node access where ssh cannot reach the primary's host, and its BMC answers."""
-
-    def __init__(self) -> None:
-        self.here: list[str] = []
-
-    def run_command(self, node: str, command: str, connect_timeout_s: float | None = None) -> CommandResult:
-        raise TransportError(f"cannot reach {node}:22")
-
-    def run_here(self, command: str) -> CommandResult:
-        self.here.append(command)
-        return CommandResult(["sh", "-c", command], 0, "done", "")
-
-
-def controller(tmp_path: Path, me: str, clock: Clock, ops: CutOffHost) -> Rig:
+def controller(tmp_path: Path, me: str, clock: Clock, ops: CutOffPrimary) -> Rig:
     rig = Rig(tmp_path, me, clock)
     rig.c.config = rig.config.model_copy(update={"slurm_fence": FENCE})
     rig.c.fence.after_s = FENCE.after_s
@@ -59,7 +43,7 @@ def primary_controller_writes(rig: Rig) -> None:
 def test_a_new_leader_finishes_the_heal_of_a_primary_its_predecessor_fenced_and_never_fences_it_again(
     tmp_path: Path,
 ) -> None:
-    clock, ops = Clock(), CutOffHost()
+    clock, ops = Clock(), CutOffPrimary()
     a, b = controller(tmp_path, "ctl2", clock, ops), controller(tmp_path, "mon1", clock, ops)
     primary_controller_writes(a)
     a.c.lease_step()
@@ -96,7 +80,7 @@ def test_a_new_leader_finishes_the_heal_of_a_primary_its_predecessor_fenced_and_
 
 
 def test_a_held_host_stays_off_and_is_brought_back_once_released(tmp_path: Path) -> None:
-    clock, ops = Clock(), CutOffHost()
+    clock, ops = Clock(), CutOffPrimary()
     rig = controller(tmp_path, "ctl2", clock, ops)
     rig.c.lease_step()
     rig.c._fence_step(CUT)
@@ -134,7 +118,8 @@ def test_hold_on_the_command_line_and_its_bad_input(
     with serving(c) as api:
         before = unchanged()
         bad = [(["ctl9"], "unknown node 'ctl9'"), (["ctl1;reboot"], "ctl1;reboot"),
-               (["ctl1", "--reason", " "], "--reason"), (["ctl9", "--dry-run"], "unknown node 'ctl9'")]  # fmt: skip
+               (["ctl1", "--reason", " "], "--reason"), (["ctl9", "--dry-run"], "unknown node 'ctl9'"),
+               (["n1"], "n1 is a GPU node, which the controllers never fence")]  # fmt: skip
         for args, named in bad:
             code, _, err = hold(*args)
             assert code == 2 and named in err and "Traceback" not in err, (args, err)

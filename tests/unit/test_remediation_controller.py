@@ -20,6 +20,7 @@ from ha_ops.errors import TransportError
 from ha_ops.health.report import AgentReport, ReportFinding
 from ha_ops.remediation.audit import AuditHead, AuditLog, verify
 from ha_ops.remediation.config import (
+    DEFAULT_FENCE_COMMAND,
     ControllerConfig,
     KubernetesConfig,
     KubernetesLeaseConfig,
@@ -656,7 +657,7 @@ def test_a_primary_fenced_over_ssh_is_followed_by_the_takeover_at_once(tmp_path:
     rig.step(seconds=6.0, ticks=5)
     rig.c.heard_from("n1")
     rig.c._fence_step(silent)
-    assert ops.on == [("ctl1", "pkill -KILL -x slurmctld")]
+    assert ops.on == [("ctl1", DEFAULT_FENCE_COMMAND)]
     assert ops.here == ["scontrol takeover"]  # no power off: ssh reached it
     fenced, took = [e for e in rig.audit() if e["what"] in ("fence_slurmctld", "slurm_takeover")]
     assert fenced["after"] == "fenced over ssh: killed slurmctld 42"
@@ -820,3 +821,22 @@ def test_an_action_that_ends_frees_its_slot_at_once_and_a_new_report_starts_at_o
     state = rig.state()
     assert all(i.status == "done" for i in state.intents if i.kind == "drain")  # all written when it ended
     assert [e["node"] for e in rig.audit() if e["what"] == "drain"].count("n1") == 1
+
+
+def test_a_state_removed_while_the_audit_log_holds_actions_blocks_the_takeover(tmp_path: Path) -> None:
+    # Forgetting what was done (a node out of service, a fence under way) is worse than leading nothing: a missing
+    # state beside a log of actions is damage, to restore (`controller state restore`), not a fresh start.
+    clock = Clock()
+    first = Rig(tmp_path, "ctl1", clock)
+    first.c.lease_step()
+    first.c.handle_report(report())
+    first.step(ticks=2)
+    assert first.audit()  # actions audited
+    first.c.stop()
+    first.c.lease.release()
+    (first.dir / "state.json").unlink()
+    second = Rig(tmp_path, "ctl2", clock)
+    second.c.lease_step()
+    assert not second.c.is_leader
+    blocked = second.c.describe()["blocked"]
+    assert blocked["reason"] == "state" and "is missing while the audit log holds" in blocked["error"], blocked

@@ -118,6 +118,18 @@ def test_more_nodes_lost_at_once_than_the_breaker_allows_are_the_observers_parti
     assert len(held) == 3 and all("more than the breaker allows (2)" in n for n in held), fleet.notes
 
 
+def test_a_mass_verdict_counts_nodes_whose_silence_began_a_few_seconds_apart() -> None:
+    # The agents' heartbeats are spread over seconds: a partition's nodes cross agent_silence_s in different polls.
+    fleet = Fleet(Sim(make_config(breaker_max_nodes=2)))
+    fleet.run(10)
+    fleet.run(1, reporting=set(FLEET) - {"n1"})
+    fleet.run(1, reporting=set(FLEET) - {"n1", "n2"})
+    silent = {"n1", "n2", "n3"}
+    fleet.run(fleet.sim.config.agent_silence_s + 5, states=dict.fromkeys(silent, "down*"),
+              reporting=set(FLEET) - silent)  # fmt: skip
+    assert fleet.intents == []
+
+
 def domains_config(**safety: Any) -> Any:
     config = make_config(**safety)
     return config.model_copy(update={"failure_domains": {"r1": ["n1", "n2"], "r2": ["n3", "n4"], "r3": ["n5", "n6"]}})

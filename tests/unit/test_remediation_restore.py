@@ -208,3 +208,16 @@ def test_replay_sets_each_nodes_phase_from_its_last_audited_action() -> None:
     assert c.maintenance is not None and (c.maintenance.until, c.maintenance.reason) == (900.0, "driver 550")
     assert c.maintenance.by == "rollout" and state.nodes["d"].phase == NodePhase.HEALTHY
     assert state.next_intent == 13 and skipped == ["seq 7: drain on 'zz', a node the base state does not know"]
+
+
+def test_a_state_written_between_the_plan_and_the_restore_is_not_replaced(h: History) -> None:
+    # A leader took over (the state restored by someone else, say) and wrote after the plan was made: its newer
+    # state must not be overwritten with the older plan.
+    the_plan = plan(h.docs, chain(h), nodes=NODES)
+    newer = h.at_head.text
+    h.docs.write("state.json", newer)
+    before = {p.name: p.read_bytes() for p in h.dir.iterdir() if p.is_file()}
+    with pytest.raises(RestoreRefused, match="changed since the restore was planned"):
+        apply(the_plan, h.docs, restore_lease(h), KEY, h.rig.clock)
+    after = {p.name: p.read_bytes() for p in h.dir.iterdir() if p.is_file() and not p.name.startswith("lease")}
+    assert after == {n: b for n, b in before.items() if not n.startswith("lease")}
