@@ -18,7 +18,6 @@ Pure where it can be: `read_chain`, `judge` and `replay` decide over data, `plan
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -32,6 +31,7 @@ from ha_ops.remediation.model import ControllerState
 from ha_ops.remediation.replay import replay
 from ha_ops.remediation.snapshots import Snapshot, SnapshotError, read_all
 from ha_ops.remediation.store import StateError, load_state, parse_state, state_text
+from ha_ops.util.parsing import parse_json
 
 STATE = "state.json"
 RESTORED = "state_restore"  # the restore's own audit entry: no action, so a state before it forgets nothing
@@ -91,9 +91,9 @@ def judge(snap: Snapshot, chain: Chain) -> str | None:
 def snapshot_state(snap: Snapshot, where: str, nodes: set[str] | None) -> ControllerState:
     """The snapshot's state, checked whole: SnapshotError naming it when damaged, or another cluster's."""
     try:
-        state = parse_state(json.loads(snap.text), f"snapshot {where}")
-    except (ValueError, RecursionError) as exc:
-        raise SnapshotError(where, [f"damaged: its state is not JSON ({exc})"]) from None
+        state = parse_state(parse_json(snap.text, f"snapshot {where}"), f"snapshot {where}")
+    except SpecError as exc:  # (parse_json: not JSON, or nested too deeply)
+        raise SnapshotError(where, [f"damaged: its state is not JSON: {'; '.join(exc.problems)}"]) from None
     except StateError as exc:
         raise SnapshotError(where, [f"damaged: {exc}"]) from None
     if (state.audit_seq, state.audit_hash) != (snap.audit_seq, snap.audit_hash):

@@ -27,6 +27,7 @@ from ha_ops.remediation.audit import GENESIS
 from ha_ops.remediation.config import StateSnapshots
 from ha_ops.remediation.documents import Documents
 from ha_ops.remediation.lease import LeaderLease, LeaseLost
+from ha_ops.util.parsing import parse_json
 
 log = logging.getLogger(__name__)
 
@@ -89,8 +90,8 @@ def parse(slot: str, text: str, where: str) -> Snapshot:
     restore.py, which parses it whole)."""
     first, newline, body = text.partition("\n")
     try:
-        header = json.loads(first)
-    except (ValueError, RecursionError):
+        header = parse_json(first, where)
+    except SpecError:
         header = None
     fields = ("id", "audit_seq", "audit_hash", "at", "by")
     if not newline or not isinstance(header, dict) or header.get("snapshot") != FORMAT or any(

@@ -87,11 +87,14 @@ def test_one_silent_node_in_a_fleet_that_reports_is_lost() -> None:
 
 def test_a_flapping_controller_link_takes_nothing_out() -> None:
     # The leader's link up 5 s, down 5 s, for a minute: the agents' reports and Slurm's pings come and go together.
-    fleet = Fleet()
+    # n1's heartbeat gets through only every other up phase, so it is silent 15 s at a time, past this config's
+    # agent_silence_s (8 s), and down* in every down phase: counted from before the flaps, it would be lost.
+    config = make_config().model_copy(update={"blind_after_s": 4.0, "agent_silence_s": 8.0})
+    fleet = Fleet(Sim(config))
     fleet.run(10)
-    for _ in range(6):
+    for flap in range(6):
         fleet.run(5, states=everyone("idle*"), reporting=set())
-        fleet.run(5)
+        fleet.run(5, reporting=set(FLEET) - ({"n1"} if flap % 2 else set()))
     fleet.run(30)
     assert fleet.intents == []
 
