@@ -238,9 +238,11 @@ class Controller:
         # The log read afresh (its predecessor may have written after its last save) and its chain checked against
         # the head the state recorded: a cut or edited log is found here, at every takeover, not adopted.
         problems = self.audit.resume(AuditHead(state.audit_seq, state.audit_hash))
-        if state.audit_seq == 0 and (logged := self.audit.head_as_written().seq) > 0:
+        if state.audit_seq == 0 and (logged := self.audit.head_as_written().seq) > 0 and not self.store.exists():
             # No state, but a log of past actions: the state was removed, not never written. Forgetting what was
             # done (nodes out of service, a fence under way) is worse than leading nothing until it is restored.
+            # (A state at seq 0 beside a longer log is only a leader killed between its first audit and its next
+            # save: the log read afresh above carries it on.)
             raise StateError(f"controller state {self.documents.describe(self.store.name)} is missing while the audit "
                              f"log holds {logged} entries; restore it (ha-ops controller state restore)")  # fmt: skip
         state.audit_problems = problems[:20]

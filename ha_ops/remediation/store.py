@@ -28,6 +28,10 @@ class StateStore:
     def load(self) -> ControllerState:
         return load_state(self.documents, self.name)
 
+    def exists(self) -> bool:
+        """Whether a state was ever written (a leader writes one as it takes over, before any audit entry)."""
+        return self.documents.read(self.name) is not None
+
     def save(self, state: ControllerState, token: int) -> None:
         """Write atomically, only while this controller holds the lease with `token` (else LeaseLost)."""
         self.save_text(state_text(state), token)

@@ -34,6 +34,15 @@ from tests.labkit import (
 pytestmark = pytest.mark.lab
 
 
+# Each test's fixture resets the controllers and the cluster before it (reset_remediation) and mends only what its
+# own fault broke after it: the next test's reset does the rest, and this one after the last test. (One reset per
+# test, not two: CI time.)
+@pytest.fixture(scope="module", autouse=True)
+def leave_in_service(lab: Lab) -> Iterator[None]:
+    yield
+    reset_remediation(lab)  # the next module expects every node in service
+
+
 def srun_works(lab: Lab) -> bool:
     result = lab.node("gpu1").run(["srun", "-N1", "-t", "1", "true"], timeout=15, check=False)
     return result.ok
@@ -75,7 +84,6 @@ def cut_primary(lab: Lab, request: pytest.FixtureRequest) -> Iterator[Lab]:
         ctl1.thaw("slurmctld")
         ctl1.start("slurmctld")
     slurm_controllers_back(cluster(lab), timeout=60)
-    reset_remediation(lab)
 
 
 HEAL = ("fence_slurmctld", "slurm_takeover", "restart_slurmctld", "power_on", "rejoined", "heal_failed")
@@ -238,7 +246,6 @@ def cut_leader(lab: Lab) -> Iterator[Lab]:
     yield lab
     lab.node("ctl2").link_up("eth0")
     lab.node("gpu3").gpus().clear()
-    reset_remediation(lab)
 
 
 def test_a_remediation_leader_cut_off_steps_down_and_an_xid_3_s_after_the_cut_is_drained(cut_leader: Lab) -> None:
@@ -277,7 +284,6 @@ def no_controller(lab: Lab) -> Iterator[Lab]:
     lab.node("gpu2").gpus().clear()
     if not lab.node("gpu2").is_running("agent"):
         lab.node("gpu2").start("agent")  # the test failed before it started it again
-    reset_remediation(lab)
 
 
 def test_an_agent_no_controller_answers_drains_itself_and_the_controller_adopts_the_drain(no_controller: Lab) -> None:
@@ -331,7 +337,6 @@ def isolation(lab: Lab) -> Iterator[Lab]:
         lab.node("leaf2").link_up(uplink)
     if not lab.node("gpu3").power_is_on():
         lab.node("gpu3").power_cycle()
-    reset_remediation(lab)
 
 
 @pytest.mark.parametrize("case", list(ISOLATIONS))
@@ -435,7 +440,6 @@ def control_plane(lab: Lab) -> Iterator[Lab]:
             handle.power_cycle()
         handle.link_up("eth0")
     slurm_controllers_back(cluster(lab), timeout=60)
-    reset_remediation(lab)
 
 
 @pytest.mark.parametrize("case", list(CONTROL_PLANE_CUTS))

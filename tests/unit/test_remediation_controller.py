@@ -840,3 +840,23 @@ def test_a_state_removed_while_the_audit_log_holds_actions_blocks_the_takeover(t
     assert not second.c.is_leader
     blocked = second.c.describe()["blocked"]
     assert blocked["reason"] == "state" and "is missing while the audit log holds" in blocked["error"], blocked
+
+
+def test_a_leader_killed_between_its_first_audit_and_the_next_save_is_succeeded(tmp_path: Path) -> None:
+    # The neighbour of the case above: the state exists (written at the takeover, at seq 0) and the log is longer,
+    # because the leader died after auditing its first action and before saving. That is a takeover, not damage.
+    clock = Clock()
+    first = Rig(tmp_path, "ctl1", clock)
+    first.c.lease_step()
+    at_takeover = (first.dir / "state.json").read_text()
+    first.c.handle_report(report())
+    first.step(ticks=2)
+    logged = len(first.audit())
+    assert logged  # actions audited
+    first.c.stop()
+    first.c.lease.release()
+    (first.dir / "state.json").write_text(at_takeover)  # the save after the audit never happened
+    second = Rig(tmp_path, "ctl2", clock)
+    second.c.lease_step()
+    assert second.c.is_leader and second.c.describe()["blocked"] is None
+    assert second.state().audit_seq >= logged and not second.state().audit_problems
