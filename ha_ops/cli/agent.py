@@ -17,9 +17,8 @@ from ha_ops.gpu import NoGpuError, open_backend
 from ha_ops.health.agent import Agent, http_poster
 from ha_ops.health.config import AgentConfig, load_agent_config
 from ha_ops.health.model import HealthState, Verdict
-from ha_ops.schedulers.slurm import Slurm
+from ha_ops.schedulers.open import local_slurm
 from ha_ops.security.tls import CertificateContext, ReloadingContext
-from ha_ops.transport.local import LocalTransport
 
 agent_app = typer.Typer(help="The GPU health agent that runs on every GPU node.", no_args_is_help=True)
 health_app = typer.Typer(help="One-shot GPU health checks.", no_args_is_help=True)
@@ -96,7 +95,7 @@ def run(
     cfg = _config(config, backend, fake_dir, node)
     logging.getLogger("ha_ops").setLevel(logging.INFO)
     gpu = open_backend(cfg.backend, cfg.fake_dir)
-    slurm = Slurm(LocalTransport(cfg.node), timeout=cfg.slurm.command_timeout_s) if cfg.slurm.enabled else None
+    slurm = local_slurm(cfg.node, cfg.slurm.command_timeout_s) if cfg.slurm.enabled else None
     context: ReloadingContext | CertificateContext | None = None
     if cfg.controller.renew and cfg.controller.tls is not None:
         context = _keep_certificate_fresh(cfg)
@@ -152,7 +151,7 @@ def check(
         else:
             output.error(str(exc))
         raise typer.Exit(EXIT_UNKNOWN) from None
-    slurm = Slurm(LocalTransport(cfg.node), timeout=cfg.slurm.command_timeout_s) if drain else None
+    slurm = local_slurm(cfg.node, cfg.slurm.command_timeout_s) if drain else None
     agent = Agent(cfg.model_copy(update={"slurm": cfg.slurm.model_copy(update={"enabled": drain})}), gpu, slurm=slurm)
     try:
         verdict = agent.sweep()

@@ -63,18 +63,17 @@ def _tls(cert: Path | None, key: Path | None, ca: Path | None) -> TlsFiles | Non
 
 def make_scheduler(cfg: ControllerConfig) -> Scheduler:
     """The scheduler the config names: Slurm through its commands on this host, or the Kubernetes API."""
+    from ha_ops.schedulers.open import open_scheduler
+
     if cfg.scheduler == "kubernetes":
         from ha_ops.remediation.config import KubernetesConfig
-        from ha_ops.schedulers.kubernetes import KubernetesOptions, KubernetesScheduler, client_from_kubeconfig
+        from ha_ops.schedulers.kubernetes import KubernetesOptions
 
         k8s = cfg.kubernetes or KubernetesConfig()
         options = KubernetesOptions(cfg.partition, k8s.default_drain_policy, k8s.eviction_timeout_s, watch_nodes=True,
                                     condition_grace_s=CONDITION_GRACE_S)  # fmt: skip
-        return KubernetesScheduler(client_from_kubeconfig(k8s.kubeconfig), options)
-    from ha_ops.schedulers.slurm import Slurm
-    from ha_ops.transport.local import LocalTransport
-
-    return Slurm(LocalTransport(cfg.id), timeout=cfg.slurm_timeout_s)
+        return open_scheduler("kubernetes", kubeconfig=k8s.kubeconfig, kubernetes_options=options)
+    return open_scheduler("slurm", slurm_host=cfg.id, slurm_timeout=cfg.slurm_timeout_s)
 
 
 @controller_app.command("run")
@@ -95,7 +94,7 @@ def run(
     ),
 ) -> None:
     """Run one controller instance (start one on each controller host; they elect a leader)."""
-    from ha_ops.remediation.controller import Controller
+    from ha_ops.remediation.app import Controller
     from ha_ops.remediation.executor import Executor
     from ha_ops.remediation.nodeops import SshNodeOps
 
@@ -134,8 +133,8 @@ def _shared_state(cfg: ControllerConfig) -> dict[str, Any]:
     """The state and the lease, read where the config keeps them (without asking a controller)."""
     import time
 
-    from ha_ops.remediation.controller import make_documents, make_lease
     from ha_ops.remediation.store import load_state
+    from ha_ops.remediation.wiring import make_documents, make_lease
 
     record = make_lease(cfg, time.time).read()
     holder = {"holder": record.holder, "token": record.token} if record is not None else None
@@ -322,8 +321,8 @@ def audit_verify(
     otherwise is named, and a local log that is gone leaves the shipped copy to stand alone. Exit 1 if broken."""
     head, key = None, read_key(key_file) if key_file else None
     if config is not None:  # the log and the state where the controllers keep them, the end checked too
-        from ha_ops.remediation.controller import make_documents
         from ha_ops.remediation.store import load_state
+        from ha_ops.remediation.wiring import make_documents
 
         cfg = load_controller_config(config)
         key = read_key(key_file or cfg.audit_key_file) if (key_file or cfg.audit_key_file) else None

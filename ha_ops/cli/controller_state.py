@@ -65,7 +65,7 @@ def _shared(state_dir: Path | None, config: Path | None, key_file: Path | None) 
     if config is not None:
         from ha_ops.remediation import policy
         from ha_ops.remediation.config import load_controller_config
-        from ha_ops.remediation.controller import make_documents, make_lease
+        from ha_ops.remediation.wiring import make_documents, make_lease
 
         cfg = load_controller_config(config).model_copy(update={"id": me})
         nodes = {n for pool in cfg.pools.values() for n in (*pool.nodes, *pool.spares)}

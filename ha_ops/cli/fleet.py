@@ -30,7 +30,7 @@ def _state(
     """The controller's state (from the config's shared state, a state folder, or a controller's API), and the
     windows to judge it by (the config's; else the defaults)."""
     if config is not None:
-        from ha_ops.remediation.controller import make_documents
+        from ha_ops.remediation.wiring import make_documents
 
         cfg = load_controller_config(config)
         return load_state(make_documents(cfg)), cfg.fleet, cfg.lemon  # (where the config keeps it; no lease read)

@@ -308,8 +308,7 @@ def plan_driver(
 def make_adapters(state: RolloutState, state_dir: Path) -> tuple[Scheduler, DriverApplier, Validator]:
     """The real doors: Slurm on this host, the gpu_driver role and node checks through ansible-runner."""
     from ha_ops.rollout.scheduler import RolloutScheduler
-    from ha_ops.schedulers.slurm import Slurm
-    from ha_ops.transport.local import LocalTransport
+    from ha_ops.schedulers.open import local_slurm
 
     inputs = state.inputs
     playbook = Path(inputs["playbook"])
@@ -324,7 +323,7 @@ def make_adapters(state: RolloutState, state_dir: Path) -> tuple[Scheduler, Driv
         burn_in_command=state.policy.burn_in_command,
         burn_in_timeout_s=state.policy.burn_in_timeout_s,
     )
-    return RolloutScheduler(Slurm(LocalTransport())), applier, validator
+    return RolloutScheduler(local_slurm()), applier, validator
 
 
 ControllerOpt = typer.Option(

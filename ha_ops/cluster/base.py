@@ -116,11 +116,13 @@ class ClusterScheduler:
     def get(self) -> Scheduler:
         if self.spec.scheduler == "slurm":
             return self._slurm()
-        from ha_ops.schedulers.kubernetes import KubernetesOptions, KubernetesScheduler, client_from_kubeconfig
+        from ha_ops.schedulers.kubernetes import KubernetesOptions, client_from_kubeconfig
+        from ha_ops.schedulers.open import open_scheduler
 
-        if self._client is None:
+        if self._client is None:  # (one client for the cluster's life, closed with it)
             self._client = client_from_kubeconfig(self._kubeconfig())
-        return KubernetesScheduler(self._client, KubernetesOptions(pool=self.spec.gpu_partition))
+        options = KubernetesOptions(pool=self.spec.gpu_partition)
+        return open_scheduler("kubernetes", kubernetes_client=self._client, kubernetes_options=options)
 
     def close(self) -> None:
         if self._client is not None:

@@ -17,13 +17,19 @@ import json
 from collections.abc import Hashable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ha_ops.errors import SpecError
 from ha_ops.remediation.documents import DirectoryDocuments, Documents
 
-if TYPE_CHECKING:
-    from ha_ops.remediation.audit_sink import AuditShipper
+
+class Sink(Protocol):
+    """Where every entry written is shipped too (audit_sink.py's AuditShipper)."""
+
+    def ship(self, entries: list[dict[str, Any]]) -> None: ...
+
+    def catch_up(self, entries: list[dict[str, Any]]) -> None: ...
+
 
 GENESIS = "0" * 64
 ENTRY_FIELDS = ("at", "who", "what", "node", "why", "before", "after", "intent")
@@ -72,7 +78,7 @@ class AuditLog:
         documents: Documents,
         name: str = "audit.jsonl",
         key: bytes | None = None,
-        sink: AuditShipper | None = None,
+        sink: Sink | None = None,
     ) -> None:
         self.documents = documents
         self.name = name
@@ -91,7 +97,7 @@ class AuditLog:
         self._prepared_intents: set[str] = set()
 
     @classmethod
-    def at(cls, path: Path, key: bytes | None = None, sink: AuditShipper | None = None) -> AuditLog:
+    def at(cls, path: Path, key: bytes | None = None, sink: Sink | None = None) -> AuditLog:
         """The log in a file."""
         return cls(DirectoryDocuments(Path(path).parent), Path(path).name, key, sink)
 

@@ -25,13 +25,13 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, Field
-
 from ha_ops.gpu.xid import describe
+from ha_ops.remediation.model import ControllerState, Incident, NodeRecord
 
 if TYPE_CHECKING:
     from ha_ops.remediation.config import Fleet, Lemon
-    from ha_ops.remediation.model import ControllerState, NodeRecord
+
+__all__ = ["Incident"]  # (kept in model.py, beside the NodeRecord that holds it; named here too, for callers)
 
 DAY_S = 86400.0
 REASON_MAX = 100  # characters of the reason kept with an incident (the state's size: see the module docstring)
@@ -91,18 +91,6 @@ def cause_of(reason: str, lost: bool = False, flap: bool = False) -> str:
     if _THERMAL.search(reason):
         return "thermal"
     return "other"
-
-
-class Incident(BaseModel):
-    """One episode out of service of one node (kept in its NodeRecord: the node is the record's)."""
-
-    cause: str
-    at: float  # when it was taken out of service
-    episode: int
-    reason: str = ""  # the reason it was taken out (shortened)
-    actions: list[str] = Field(default_factory=list)  # the steps, in order: drain, reset_gpu, reboot_node, ...
-    outcome: str = ""  # "": still out; "returned"; "held for replacement"; "held for replacement (lemon)"; ...
-    ended_at: float | None = None
 
 
 # --- recording (the policy, at each step of an episode: O(1)) -----------------------------------------------------

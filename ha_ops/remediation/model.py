@@ -10,10 +10,21 @@ from pydantic import BaseModel, Field, PrivateAttr
 
 from ha_ops.remediation.bursts import BurstTracker
 from ha_ops.remediation.fence_heal import FenceRecord, Hold
-from ha_ops.remediation.history import Incident
 from ha_ops.remediation.observers import Contact
 
 STATE_VERSION = 1
+
+
+class Incident(BaseModel):
+    """One episode out of service of one node (kept in its NodeRecord: the node is the record's)."""
+
+    cause: str
+    at: float  # when it was taken out of service
+    episode: int
+    reason: str = ""  # the reason it was taken out (shortened)
+    actions: list[str] = Field(default_factory=list)  # the steps, in order: drain, reset_gpu, reboot_node, ...
+    outcome: str = ""  # "": still out; "returned"; "held for replacement"; "held for replacement (lemon)"; ...
+    ended_at: float | None = None
 
 
 class NodePhase(StrEnum):

@@ -34,21 +34,19 @@ import sys
 import threading
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ha_ops.health.report import AgentReport
+from ha_ops.remediation.api import ControllerApi
 from ha_ops.remediation.certificates import EnrollmentRefused
 from ha_ops.security import tls
 from ha_ops.security.issuer import MAX_CSR_BYTES, RequestRefused, request_key
 from ha_ops.security.tls import Identity
 from ha_ops.util.bounded import Line, Token
 from ha_ops.util.names import node_name_problem
-
-if TYPE_CHECKING:
-    from ha_ops.remediation.controller import Controller
 
 log = logging.getLogger(__name__)
 MAX_BODY = 256 << 10  # a report of a node with 16 GPUs, each with findings, is under 20 KiB
@@ -179,7 +177,7 @@ def refusal(identity: Identity | None, method: str, path: str, report_node: str 
     return f"{identity} is not an operator"
 
 
-def make_handler(controller: Controller) -> type[BaseHTTPRequestHandler]:
+def make_handler(controller: ControllerApi) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         server_version = "ha-ops-controller"
         timeout = SOCKET_TIMEOUT_S  # on the connection's socket: a request sent slowly or half ends here
@@ -377,13 +375,13 @@ class _Server(ThreadingHTTPServer):
             self._workers.release()
 
 
-def serve(controller: Controller, address: str, port: int) -> ThreadingHTTPServer:
+def serve(controller: ControllerApi, address: str, port: int) -> ThreadingHTTPServer:
     files = controller.config.tls
     context = tls.ReloadingContext(files, server=True) if files is not None else None
     return _Server((address, port), make_handler(controller), context=context)
 
 
-def serve_public(controller: Controller, address: str, port: int) -> ThreadingHTTPServer:
+def serve_public(controller: ControllerApi, address: str, port: int) -> ThreadingHTTPServer:
     """The enrollment port: TLS with the controller's certificate, no client certificate asked (agent pods have
     none yet; they prove who they are with a token). Besides enrollment it answers /healthz (a kubelet's probe
     presents no certificate) and /metrics (Prometheus' scrape)."""

@@ -10,7 +10,7 @@ and a node drained by someone else is never resumed (`drained_by_ha_ops`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 # Reasons ha-ops writes start with this, so that it only ever resumes nodes it drained itself.
 REASON_PREFIX = "ha-ops:"
@@ -81,3 +81,12 @@ class Scheduler(Protocol):
     def set_reliability(self, name: str, tier: str) -> None:
         """Publish the node's reliability tier (`reliable`, `standard`, `suspect`: remediation/history.py) where the
         scheduler places work by it (Slurm: Weight and the feature `reliable`; Kubernetes: a node label)."""
+
+
+@runtime_checkable
+class ControllerPing(Protocol):
+    """A scheduler with controllers of its own to watch (Slurm's primary and backups: the Slurm fence)."""
+
+    def controllers(self, timeout: float = 30.0) -> list[tuple[str, str]]:
+        """[(host, "UP" | "DOWN")], the primary first."""
+        ...

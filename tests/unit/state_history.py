@@ -8,8 +8,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from ha_ops.remediation.app import Controller
 from ha_ops.remediation.config import StateSnapshots
-from ha_ops.remediation.controller import Controller
 from ha_ops.remediation.documents import DirectoryDocuments
 from ha_ops.remediation.snapshots import FOLDER, Snapshot, read_all
 from tests.unit.test_remediation_controller import Clock, Rig, report

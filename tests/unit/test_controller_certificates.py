@@ -320,7 +320,7 @@ def test_a_controller_issues_its_own_certificate_before_anything_loads_it(
 ) -> None:
     """At construction: its API's server and its audit shipper load the files as they start (a controller pod's
     first start has none: its volume is empty)."""
-    from ha_ops.remediation.controller import Controller
+    from ha_ops.remediation.app import Controller
     from tests.unit.test_remediation_server import StubExecutor
 
     own = {"ca_file": str(ca.paths.cert), "cert_file": str(tmp_path / "tls" / "tls.crt"),
@@ -340,7 +340,7 @@ def test_a_controller_issues_its_own_certificate_before_anything_loads_it(
 
 def test_a_controller_whose_issuer_does_not_load_stops_at_start_naming_it(tmp_path: Path) -> None:
     from ha_ops.errors import SpecError
-    from ha_ops.remediation.controller import make_certificates
+    from ha_ops.remediation.wiring import make_certificates
 
     config = ControllerConfig.model_validate({
         "id": "c", "state_dir": str(tmp_path), "pools": {"p": {"nodes": ["n1"]}},

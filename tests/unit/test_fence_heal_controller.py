@@ -28,9 +28,7 @@ BACK = [("ctl1", "UP"), ("ctl2", "UP")]
 
 
 def controller(tmp_path: Path, me: str, clock: Clock, ops: CutOffPrimary) -> Rig:
-    rig = Rig(tmp_path, me, clock)
-    rig.c.config = rig.config.model_copy(update={"slurm_fence": FENCE})
-    rig.c.fence.after_s = FENCE.after_s
+    rig = Rig(tmp_path, me, clock, update={"slurm_fence": FENCE})
     rig.executor.node_ops = ops  # type: ignore[attr-defined]
     return rig
 
@@ -47,31 +45,31 @@ def test_a_new_leader_finishes_the_heal_of_a_primary_its_predecessor_fenced_and_
     a, b = controller(tmp_path, "ctl2", clock, ops), controller(tmp_path, "mon1", clock, ops)
     primary_controller_writes(a)
     a.c.lease_step()
-    a.c._fence_step(CUT)
+    a.c.fencing.step(CUT)
     a.step(seconds=1.0, ticks=6)  # (renewing its lease)
     a.c.heard_from("n1")  # the silence is the primary's: an agent's report still arrives here
-    a.c._fence_step(CUT)
+    a.c.fencing.step(CUT)
     assert ops.here == ["ha-ops power off ctl1 -i hosts.yml", "scontrol takeover"]
     record = a.state().fences["ctl1"]
     assert (record.phase, record.how, record.backup, record.controller) == ("fenced", "bmc", "ctl2", True)
-    a.c._heal_step()
+    a.c.fencing.heal_step()
     assert len(ops.here) == 2  # inside the hand-back delay: nothing yet
     # The leader dies; the other controller takes the lease, with the record in the state it loads.
     clock.now += 16
     b.c.lease_step()
     assert b.c.is_leader
-    b.c._fence_step(CUT)
+    b.c.fencing.step(CUT)
     b.c.heard_from("n1")
     b.step(seconds=1.0, ticks=6)
-    b.c._fence_step(CUT)  # its own fence watch finds the primary DOWN 6 s: the heal owns it, no second power off
-    b.c._heal_step()
+    b.c.fencing.step(CUT)  # its own fence watch finds the primary DOWN 6 s: the heal owns it, no second power off
+    b.c.fencing.heal_step()
     assert ops.here[2:] == ["ha-ops power on ctl1 -i hosts.yml"]
     assert b.state().fences["ctl1"].phase == "rejoining"
     b.step(seconds=1.0, ticks=5)  # ctl1 boots: slurmctld answers, its remediation controller writes its view
     primary_controller_writes(b)
     b.c.lease_step()
-    b.c._fence_step(BACK)
-    b.c._heal_step()
+    b.c.fencing.step(BACK)
+    b.c.fencing.heal_step()
     assert b.state().fences["ctl1"].phase == "rejoined"
     steps = [(e["what"], e["node"], e["who"].split()[0]) for e in b.audit()]
     assert steps[-4:] == [("fence_slurmctld", "ctl1", "ctl2"), ("slurm_takeover", "ctl2", "ctl2"),
@@ -83,16 +81,16 @@ def test_a_held_host_stays_off_and_is_brought_back_once_released(tmp_path: Path)
     clock, ops = Clock(), CutOffPrimary()
     rig = controller(tmp_path, "ctl2", clock, ops)
     rig.c.lease_step()
-    rig.c._fence_step(CUT)
+    rig.c.fencing.step(CUT)
     rig.step(seconds=1.0, ticks=6)
     rig.c.heard_from("n1")
-    rig.c._fence_step(CUT)
+    rig.c.fencing.step(CUT)
     rig.c.hold_host("ctl1", False, "PSU replaced first", by="operator alice")
     rig.step(seconds=2.0, ticks=30)
-    rig.c._heal_step()
+    rig.c.fencing.heal_step()
     assert len(ops.here) == 2 and "held by a person" in rig.state().fences["ctl1"].note
     rig.c.hold_host("ctl1", True, "", by="operator alice")
-    rig.c._heal_step()
+    rig.c.fencing.heal_step()
     assert ops.here[-1] == "ha-ops power on ctl1 -i hosts.yml"
     assert [e["what"] for e in rig.audit()][-3:] == ["held", "released", "power_on"]
 
@@ -104,7 +102,7 @@ def test_hold_on_the_command_line_and_its_bad_input(
 
     c = make_controller(tmp_path / "shared", "ctl2", ServerClock())
     c.lease_step()
-    c.slurm_controllers = [("ctl1", "UP"), ("ctl2", "UP")]  # the Slurm controllers, as the last ping named them
+    c.fencing.slurm_controllers = [("ctl1", "UP"), ("ctl2", "UP")]  # the Slurm controllers, as the last ping named them
 
     def hold(*args: str) -> tuple[int, str, str]:
         code = run_main(monkeypatch, "controller", "hold", *args, "--url", api.base)

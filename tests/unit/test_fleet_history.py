@@ -23,7 +23,7 @@ from ha_ops.remediation.store import parse_state, state_text
 from ha_ops.schedulers.kubernetes import TIER_LABEL, KubernetesScheduler
 from ha_ops.schedulers.slurm import Slurm
 from ha_ops.util.proc import CommandResult
-from tests.unit.test_remediation_controller import EPISODE, Rig
+from tests.unit.test_remediation_controller import EPISODE, Rig, StubExecutor
 from tests.unit.test_remediation_controller import report as controller_report
 from tests.unit.test_remediation_policy import Sim, make_config, report
 
@@ -365,16 +365,22 @@ class TieredSlurm:
 
 @pytest.fixture
 def tiered(tmp_path: Path) -> tuple[Rig, TieredSlurm]:
-    rig = Rig(tmp_path)
-    scheduler = TieredSlurm(rig.executor.scheduler)
-    rig.executor.scheduler = scheduler  # type: ignore[assignment]
+    rig, scheduler = tiered_rig(tmp_path)
     rig.c.lease_step()
     return rig, scheduler
 
 
+def tiered_rig(tmp_path: Path, **config: Any) -> tuple[Rig, TieredSlurm]:
+    """A rig whose scheduler publishes tiers (given to the controller at its start, as the wiring does)."""
+    executor = StubExecutor()
+    scheduler = TieredSlurm(executor.scheduler)
+    executor.scheduler = scheduler  # type: ignore[assignment]
+    return Rig(tmp_path, executor=executor, **config), scheduler
+
+
 def join(rig: Rig) -> None:
-    if rig.c._tier_thread is not None:
-        rig.c._tier_thread.join(timeout=10)
+    if rig.c.tiers.thread is not None:
+        rig.c.tiers.thread.join(timeout=10)
 
 
 def test_the_controller_publishes_a_changed_tier_once_and_audits_it(tiered: tuple[Rig, TieredSlurm]) -> None:
@@ -418,9 +424,7 @@ def test_a_tier_the_scheduler_refuses_never_fails_the_episode_and_is_tried_again
 
 
 def test_shadow_mode_publishes_no_tier(tmp_path: Path) -> None:
-    rig = Rig(tmp_path, dry_run=True)
-    scheduler = TieredSlurm(rig.executor.scheduler)
-    rig.executor.scheduler = scheduler  # type: ignore[assignment]
+    rig, scheduler = tiered_rig(tmp_path, dry_run=True)
     rig.c.lease_step()
     rig.c.handle_report(controller_report())
     rig.step(ticks=6)

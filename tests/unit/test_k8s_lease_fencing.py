@@ -188,7 +188,7 @@ def test_the_leader_label_is_written_once_per_change_and_again_after_a_refusal()
 
 def test_the_controller_labels_its_pod_only_where_its_config_asks_through_the_leases_client(tmp_path: Any) -> None:
     from ha_ops.remediation.config import ControllerConfig
-    from ha_ops.remediation.controller import make_leader_label, make_lease
+    from ha_ops.remediation.wiring import make_leader_label, make_lease
 
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(

@@ -1,4 +1,4 @@
-"""The controller (ha_ops.remediation.controller) driven by hand, without its threads: a stub executor, an injected
+"""The controller (ha_ops.remediation.app) driven by hand, without its threads: a stub executor, an injected
 clock, `lease_step()` and `tick()`. Intents run in order, once, each audited once; state survives a failover; a
 deposed leader acts on nothing; dry run changes nothing; metrics."""
 
@@ -18,7 +18,8 @@ from prometheus_client import generate_latest
 
 from ha_ops.errors import TransportError
 from ha_ops.health.report import AgentReport, ReportFinding
-from ha_ops.remediation.audit import AuditHead, AuditLog, verify
+from ha_ops.remediation.app import Controller
+from ha_ops.remediation.audit import AuditHead, verify
 from ha_ops.remediation.config import (
     DEFAULT_FENCE_COMMAND,
     ControllerConfig,
@@ -29,7 +30,6 @@ from ha_ops.remediation.config import (
     Safety,
     SlurmFence,
 )
-from ha_ops.remediation.controller import Controller
 from ha_ops.remediation.executor import ActionFailed
 from ha_ops.remediation.lease import LeaseLost
 from ha_ops.remediation.model import Intent, NodePhase
@@ -133,11 +133,19 @@ def report(node: str = "n1", seq: int = 1, state: str = "unhealthy") -> AgentRep
 
 
 class Rig:
-    def __init__(self, tmp_path: Path, me: str = "ctl1", clock: Clock | None = None, **config: Any) -> None:
+    def __init__(
+        self,
+        tmp_path: Path,
+        me: str = "ctl1",
+        clock: Clock | None = None,
+        executor: StubExecutor | None = None,
+        update: dict[str, Any] | None = None,
+        **config: Any,
+    ) -> None:
         self.dir = tmp_path / "shared"
         self.clock = clock or Clock()
-        self.executor = StubExecutor()
-        self.config = make_config(self.dir, me, **config)
+        self.executor = executor or StubExecutor()
+        self.config = make_config(self.dir, me, **config).model_copy(update=update or {})
         self.c = Controller(self.config, self.executor, clock=self.clock)  # type: ignore[arg-type]
 
     def step(self, seconds: float = 0.5, ticks: int = 1) -> None:
@@ -548,7 +556,7 @@ def poll_the_fleet(rig: Rig, n1: str, ticks: int = 1) -> None:
         others = [n for n in rig.c.state.nodes if n != "n1"] if rig.c.state else []
         for node in others:
             rig.c.heard_from(node)
-        rig.c._fresh_states = {node: ("idle", "") for node in others} | {"n1": (n1, "")}
+        rig.c.reconciler.fresh_states = {node: ("idle", "") for node in others} | {"n1": (n1, "")}
         rig.step(seconds=1.0)
 
 
@@ -582,11 +590,11 @@ def test_metrics_name_each_slurm_controller_the_leader_last_pinged(tmp_path: Pat
     a, b = Rig(tmp_path, "ctl1", clock), Rig(tmp_path, "ctl2", clock)
     a.c.lease_step()
     b.c.lease_step()
-    a.c._fence_step([("ctl1", "DOWN"), ("ctl2", "UP")])  # what the fence loop hands it from `scontrol ping`
+    a.c.fencing.step([("ctl1", "DOWN"), ("ctl2", "UP")])  # what the fence loop hands it from `scontrol ping`
     text = generate_latest(a.c.registry).decode()
     assert 'ha_ops_slurm_controller_up{host="ctl1"} 0.0' in text
     assert 'ha_ops_slurm_controller_up{host="ctl2"} 1.0' in text
-    a.c._fence_step([("ctl1", "UP"), ("ctl2", "UP")])
+    a.c.fencing.step([("ctl1", "UP"), ("ctl2", "UP")])
     assert 'ha_ops_slurm_controller_up{host="ctl1"} 1.0' in generate_latest(a.c.registry).decode()
     assert "ha_ops_slurm_controller_up{" not in generate_latest(b.c.registry).decode()  # a standby pings nothing
 
@@ -608,26 +616,24 @@ class CutOffPrimary:
 def test_a_cut_off_primary_is_powered_off_through_its_bmc_then_the_backup_is_told_to_take_control(
     tmp_path: Path,
 ) -> None:
-    rig = Rig(tmp_path)
     fence = SlurmFence(after_s=5, power_off_command="ha-ops power off {node} -i hosts.yml")
-    rig.c.config = rig.config.model_copy(update={"slurm_fence": fence})
-    rig.c.fence.after_s = fence.after_s
+    rig = Rig(tmp_path, update={"slurm_fence": fence})
     ops = CutOffPrimary()
     rig.executor.node_ops = ops  # type: ignore[attr-defined]
     rig.c.lease_step()
     cut = [("ctl1", "DOWN"), ("ctl2", "UP")]  # the backup answers, in standby: the primary's heartbeat is fresh
-    rig.c._fence_step(cut)
+    rig.c.fencing.step(cut)
     rig.step(seconds=1.0, ticks=5)  # the lease renewed meanwhile
-    rig.c._fence_step(cut)
+    rig.c.fencing.step(cut)
     assert ops.here == []  # no agent heard since the primary went silent: this leader may be the one cut off
     rig.c.heard_from("n1")  # an agent's report got through: the silence is the primary's
-    rig.c._fence_step(cut)
+    rig.c.fencing.step(cut)
     assert ops.here == ["ha-ops power off ctl1 -i hosts.yml", "scontrol takeover"]
     fenced, took = [e for e in rig.audit() if e["what"] in ("fence_slurmctld", "slurm_takeover")]
     assert fenced["node"] == "ctl1" and "powered off through its BMC" in fenced["after"]
     assert (took["what"], took["node"], took["after"]) == ("slurm_takeover", "ctl2", "told to take control")
     rig.step(seconds=1.0, ticks=5)
-    rig.c._fence_step(cut)
+    rig.c.fencing.step(cut)
     assert len(ops.here) == 2  # once per outage
 
 
@@ -645,18 +651,16 @@ class HungPrimary(CutOffPrimary):
 
 def test_a_primary_fenced_over_ssh_is_followed_by_the_takeover_at_once(tmp_path: Path) -> None:
     # Not after SlurmctldTimeout: a job that ends while no controller is in control loses its completion.
-    rig = Rig(tmp_path)
     fence = SlurmFence(after_s=5, power_off_command="ha-ops power off {node} -i hosts.yml")
-    rig.c.config = rig.config.model_copy(update={"slurm_fence": fence})
-    rig.c.fence.after_s = fence.after_s
+    rig = Rig(tmp_path, update={"slurm_fence": fence})
     ops = HungPrimary()
     rig.executor.node_ops = ops  # type: ignore[attr-defined]
     rig.c.lease_step()
     silent = [("ctl1", "DOWN"), ("ctl2", "UP")]
-    rig.c._fence_step(silent)
+    rig.c.fencing.step(silent)
     rig.step(seconds=6.0, ticks=5)
     rig.c.heard_from("n1")
-    rig.c._fence_step(silent)
+    rig.c.fencing.step(silent)
     assert ops.on == [("ctl1", DEFAULT_FENCE_COMMAND)]
     assert ops.here == ["scontrol takeover"]  # no power off: ssh reached it
     fenced, took = [e for e in rig.audit() if e["what"] in ("fence_slurmctld", "slurm_takeover")]
@@ -665,10 +669,10 @@ def test_a_primary_fenced_over_ssh_is_followed_by_the_takeover_at_once(tmp_path:
 
 
 def test_a_takeover_finds_a_cut_audit_log_and_goes_on_from_the_states_head(tmp_path: Path) -> None:
-    key = b"s" * 32
+    (tmp_path / "key").write_bytes(b"s" * 32)  # (beside the shared folder, not on it)
     clock = Clock()
-    a, b = Rig(tmp_path, "ctl1", clock), Rig(tmp_path, "ctl2", clock)
-    a.c.audit, b.c.audit = AuditLog(a.c.documents, key=key), AuditLog(b.c.documents, key=key)
+    keyed = {"audit_key_file": tmp_path / "key"}
+    a, b = Rig(tmp_path, "ctl1", clock, update=keyed), Rig(tmp_path, "ctl2", clock, update=keyed)
     a.c.lease_step()
     b.c.lease_step()
     a.c.handle_report(report())
@@ -699,7 +703,7 @@ def test_an_audit_key_on_the_shared_storage_is_refused(tmp_path: Path) -> None:
 def see(rig: Rig, slurm: bool = True, agents: tuple[str, ...] = ()) -> None:
     """What this controller observed just now: a successful read of Slurm, and agents' reports arriving."""
     if slurm:
-        rig.c.slurm_ok_at = rig.clock.now
+        rig.c.leadership.slurm_ok_at = rig.clock.now
     for node in agents:
         rig.c.heard_from(node)
 
@@ -759,16 +763,16 @@ def test_a_lost_node_needs_silence_on_both_controllers(rig: Rig, tmp_path: Path)
     see(other, agents=("n1",))  # n1's agent reaches the standby only (it cannot reach this leader)
     other.c.lease_step()
     rig.c.lease_step()
-    rig.c._fresh_states = {"n1": ("down*", "")}
+    rig.c.reconciler.fresh_states = {"n1": ("down*", "")}
     rig.c.tick()
     assert [k for k, n in rig.executor.calls if n == "n1"] == []
     assert rig.state().nodes["n1"].phase == "healthy"
 
 
 def test_the_config_chooses_the_lease_a_file_by_default_or_a_kubernetes_lease(tmp_path: Path) -> None:
-    from ha_ops.remediation.controller import make_lease
     from ha_ops.remediation.k8s_lease import KubernetesLease
     from ha_ops.remediation.lease import Lease
+    from ha_ops.remediation.wiring import make_lease
 
     assert isinstance(make_lease(make_config(tmp_path), time.time), Lease)
     kubeconfig = tmp_path / "kubeconfig"
@@ -791,7 +795,7 @@ def test_an_action_that_ends_frees_its_slot_at_once_and_a_new_report_starts_at_o
     """A pipeline, not waves: with two slots and n1's drain held up, the other drains go through the second slot one
     after another, and a report that arrives meanwhile has its drain started too, none of them waiting for the
     results' next write (FLUSH_S, made a minute here so that waiting for it would show)."""
-    monkeypatch.setattr("ha_ops.remediation.controller.FLUSH_S", 60.0)
+    monkeypatch.setattr("ha_ops.remediation.actions.FLUSH_S", 60.0)
     nodes = ("n1", "n2", "n3", "n4", "n5")
     rig = Rig(tmp_path, nodes=nodes, spares=(), parallel_actions=2, breaker_max_nodes=10)
     rig.c.lease_step()
@@ -860,3 +864,54 @@ def test_a_leader_killed_between_its_first_audit_and_the_next_save_is_succeeded(
     second.c.lease_step()
     assert second.c.is_leader and second.c.describe()["blocked"] is None
     assert second.state().audit_seq >= logged and not second.state().audit_problems
+
+
+def test_the_decision_loop_never_waits_for_a_long_repair_a_node_lost_meanwhile_is_taken_out(rig: Rig) -> None:
+    # Issue 43: n2's GPU reset takes "300 s" (held until the test lets it go) in the action pipeline's own runnable;
+    # meanwhile n1 goes silent and down. The decision loop (its real thread, as `run` starts it) decides n1 lost at
+    # the first tick after its grace (the agent's silence), and the drain runs beside the repair: not after it.
+    repairing, release = threading.Event(), threading.Event()
+    run = rig.executor.run
+
+    def slow(intent: Intent) -> str:
+        if (intent.kind, intent.node) == ("reset_gpu", "n2"):
+            repairing.set()
+            release.wait(30)
+        return run(intent)
+
+    rig.executor.run = slow  # type: ignore[method-assign]
+    loops = [threading.Thread(target=rig.c.actions.run, daemon=True),
+             threading.Thread(target=rig.c._decision_loop, daemon=True)]  # fmt: skip
+    for loop in loops:
+        loop.start()
+
+    def poll(n1: str) -> None:
+        """One poll of the node states, a second after the last, handed to the decision loop, and its tick."""
+        others = [n for n in rig.c.state.nodes if n != "n1"] if rig.c.state else []
+        for node in others:
+            rig.c.heard_from(node)
+        states = {node: ("drained" if node == "n2" else "idle", "") for node in others} | {"n1": (n1, "")}
+        rig.clock.now += 1.0
+        rig.c.lease_step()
+        with rig.c.term.lock:
+            rig.c.reconciler.states_polled(states, rig.clock.now)
+        rig.c._work.set()
+        wait_for("the tick took the poll", lambda: not rig.c.reconciler.fresh_states, timeout=5, interval=0.01)
+
+    try:
+        rig.c.handle_report(report("n2"))
+        assert repairing.wait(5), "n2's repair under way"
+        for _ in range(int(rig.config.agent_silence_s) + 1):  # n1's agent silent past its grace, n1 still idle
+            poll("idle")
+        assert ("drain", "n1") not in rig.executor.calls
+        poll("down*")  # the first poll that finds it lost
+        lost_at = rig.clock.now
+        wait_for("n1 taken out", lambda: ("drain", "n1") in rig.executor.calls, timeout=5, interval=0.01)
+        assert rig.clock.now == lost_at  # decided at that very tick: no later poll was needed
+        assert not release.is_set() and ("reset_gpu", "n2") not in rig.executor.calls  # the repair still runs
+    finally:
+        release.set()
+        rig.c.stop()
+        for loop in loops:
+            loop.join(10)
+    assert not any(loop.is_alive() for loop in loops)

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from ha_ops.health.report import AgentReport, ReportFinding
+from ha_ops.remediation.app import Controller
 from ha_ops.remediation.config import ControllerConfig, Ladder, PoolConfig, Safety
-from ha_ops.remediation.controller import Controller
 from ha_ops.remediation.model import ControllerState, Intent
 from ha_ops.remediation.server import serve
 from ha_ops.remediation.store import read_state

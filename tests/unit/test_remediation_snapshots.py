@@ -35,7 +35,7 @@ def test_a_standby_that_cannot_load_the_state_exports_it_says_why_and_leads_once
 ) -> None:
     h = history(tmp_path)
     standby = keyed_rig(tmp_path, "ctl2", h.rig.clock)
-    with caplog.at_level(logging.ERROR, logger="ha_ops.remediation.controller"):
+    with caplog.at_level(logging.ERROR, logger="ha_ops.remediation.leadership"):
         for _ in range(3):  # it retries at every lease step
             standby.clock.now += 0.5
             standby.c.lease_step()

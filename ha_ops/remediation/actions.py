@@ -1,0 +1,216 @@
+"""The action pipeline: the leader's ready intents carried out through the executor, several nodes' at once, each
+behind the fencing check, with their results recorded in the term (term.py) and audited once.
+
+A runnable of its own (`run`): the decision loop (reconcile.py) never waits for an action, so a reboot that waits
+minutes for a node to boot holds up no lost-node verdict, timeout or report.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, wait
+from contextlib import suppress
+from dataclasses import dataclass
+
+from ha_ops.remediation.config import ControllerConfig
+from ha_ops.remediation.executor import Executor
+from ha_ops.remediation.lease import LeaseLost
+from ha_ops.remediation.model import Intent
+from ha_ops.remediation.term import Term
+
+log = logging.getLogger(__name__)
+
+FLUSH_S = 0.5  # while actions run, their results are written at least this often
+STOP_GRACE_S = 10.0  # how long a stopping controller waits for the actions under way
+# Actions that look at the real state first and do nothing twice (executor.py): their results may wait for their
+# wave's write. Any other (a GPU reset, a reboot, a validation) is written as soon as it ends.
+IDEMPOTENT = frozenset({"drain", "resume", "requeue_jobs", "spare_in", "spare_out"})
+RETRIED = frozenset({"drain", "resume", "spare_in", "spare_out"})  # a failure is tried again, up to 5 attempts
+
+
+@dataclass(frozen=True)
+class ActionResult:
+    """One action carried out: how it ended, what the executor said, and the node before and after."""
+
+    intent: Intent
+    token: int
+    status: str  # done, failed, skipped
+    result: str
+    before: str
+    after: str
+
+
+class ActionPipeline:
+    def __init__(
+        self,
+        term: Term,
+        config: ControllerConfig,
+        executor: Executor,
+        stop: threading.Event,
+        clock: Callable[[], float],
+        may_start: Callable[[], bool] = lambda: True,
+    ) -> None:
+        self.term = term
+        self.may_start = may_start  # False while the decision loop cannot read the scheduler (reconcile.py)
+        self.config = config
+        self.executor = executor
+        self.stop = stop
+        self.clock = clock
+
+    def run(self) -> None:
+        """The runnable: carry out what is ready, then wait for new intents (or a retry's time, within a tick)."""
+        while not self.stop.is_set():
+            arrived = self.term.arrivals()  # (before the pending are read: an intent made meanwhile wakes it)
+            try:
+                self.run_pending()
+            except LeaseLost as exc:
+                log.warning("stopped acting: %s", exc)
+            except Exception:
+                log.exception("the action pipeline failed; it goes on")
+            wait([arrived], timeout=self.config.tick_s)
+
+    def run_pending(self) -> None:
+        """Carry out the ready intents, on different nodes at once (one node's intents in order: its jobs are not
+        requeued before its drain succeeded), within the limits of within_limits, until none is ready or running.
+
+        A pipeline, not waves: an action that ends frees its slot for the next ready one at once. Writes are batched,
+        with two rules kept: an intent is in the shared state before it is acted on (a successor knows of every
+        action begun: Term.durable), and a finished intent is audited before the state that records it is written.
+        Results are written together (one audit append, one state write) at most FLUSH_S apart while actions run,
+        and when the last one ends; an action that is not idempotent (a GPU reset, a reboot) is written as soon as
+        it ends. Every write runs outside the state lock, so reports are decided meanwhile. A storm of 150 drains
+        costs a few writes, not 300. A leader that dies between a drain and its write leaves the intent pending: its
+        successor runs it again, and the executor finds the node drained and audits it once."""
+        term = self.term
+        running: dict[Future[ActionResult], Intent] = {}
+        unwritten = False  # results recorded since the last write
+        flush_at = time.monotonic() + FLUSH_S
+        try:
+            while not self.stop.is_set():
+                arrived = term.arrivals()  # (before the pending are read: an intent made after is not missed)
+                with term.lock:
+                    if term.state is None or term.token is None:
+                        return
+                    token, now = term.token, self.clock()
+                    ready, blocked = [], {intent.node for intent in running.values()}
+                    for i in term.state.pending():
+                        if i.node not in blocked and i.not_before <= now:
+                            ready.append(i)
+                        blocked.add(i.node)
+                    ready = self.within_limits(ready, list(running.values())) if self.may_start() else []
+                    new = any(not term.durable(i) for i in ready)
+                if new or (unwritten and not running):
+                    term.persist()  # the new intents (durable before they start), the results so far
+                    unwritten, flush_at = False, time.monotonic() + FLUSH_S
+                elif unwritten and time.monotonic() >= flush_at:
+                    term.flush_in_background()  # (the results of actions that look before they act: no hurry)
+                    unwritten, flush_at = False, time.monotonic() + FLUSH_S
+                for intent in ready:
+                    running[self._start(intent, token)] = intent
+                if not running:
+                    return
+                # Until an action ends, new intents arrive (a report), or the results so far are due to be written.
+                timeout = max(0.0, flush_at - time.monotonic()) if unwritten else FLUSH_S
+                done, _ = wait([*running, arrived], timeout=timeout, return_when=FIRST_COMPLETED)
+                finished = [future for future in running if future in done]
+                for future in finished:
+                    del running[future]  # (first: a result that raises leaves the others to the grace below)
+                results = [future.result() for future in finished]
+                self.record(results)
+                unwritten = unwritten or bool(results)
+                if any(r.intent.kind not in IDEMPOTENT for r in results):
+                    term.persist()
+                    unwritten, flush_at = False, time.monotonic() + FLUSH_S
+        finally:
+            # Stopping: the actions under way get a grace to end and be recorded (a validation waiting for a node
+            # to boot may not end for minutes: its thread is left behind, and the intent stays pending).
+            if running:
+                done, _ = wait(running, timeout=STOP_GRACE_S)
+                with suppress(Exception):
+                    self.record([f.result() for f in done])
+
+    def _start(self, intent: Intent, token: int) -> Future[ActionResult]:
+        """An action in a thread of its own (a daemon: a stopping controller does not wait for a node to boot)."""
+        future: Future[ActionResult] = Future()
+
+        def work() -> None:
+            try:
+                future.set_result(self.act(intent, token))
+            except BaseException as exc:
+                future.set_exception(exc)
+
+        threading.Thread(target=work, name=f"action-{intent.kind}-{intent.node}", daemon=True).start()
+        return future
+
+    def within_limits(self, ready: list[Intent], running: list[Intent]) -> list[Intent]:
+        """The scheduler's actions (a cordon is what a storm waits for) first, up to `parallel_actions`; repairs
+        on the nodes (resets, reboots, validations that may wait minutes for a boot) up to `parallel_repairs`, in
+        their own slots, so that they never hold up a drain."""
+        room = {
+            True: self.config.parallel_actions - sum(i.kind in IDEMPOTENT for i in running),
+            False: self.config.parallel_repairs - sum(i.kind not in IDEMPOTENT for i in running),
+        }
+        out = []
+        # Drains first (a cordon is what a storm waits for: it stops new work landing on a failing node), then the
+        # other scheduler actions, then repairs; stable, so in order within each.
+        for intent in sorted(ready, key=lambda i: (i.kind not in IDEMPOTENT, i.kind != "drain")):
+            if room[intent.kind in IDEMPOTENT] > 0:
+                room[intent.kind in IDEMPOTENT] -= 1
+                out.append(intent)
+        return out
+
+    def act(self, intent: Intent, token: int) -> ActionResult:
+        """One action, behind the fencing check."""
+        dry = self.config.safety.dry_run
+        if intent.args.get("release") and not self._succeeded(intent.args.get("fence")):
+            # Unfenced, the lost node may still run these jobs: leave them to Slurm's own hold (cred_expire).
+            intent = intent.model_copy(update={"args": {**intent.args, "release": []}})
+        self.term.lease.check(token)  # a frozen or deposed leader stops here
+        before = self.executor.before(intent)
+        try:
+            if dry:
+                status, result = "skipped", "pass" if intent.kind == "validate" else "dry-run: not carried out"
+            else:
+                status, result = "done", self.executor.run(intent)
+        except LeaseLost:
+            raise
+        except Exception as exc:
+            status, result = "failed", str(exc)
+            log.warning("%s %s failed: %s", intent.kind, intent.node, exc)
+        after = self.executor.before(intent) if not dry else before
+        log.info("%s %s: %s (%s)", intent.kind, intent.node, status, result)
+        return ActionResult(intent, token, status, result, before, after)
+
+    def record(self, results: list[ActionResult]) -> None:
+        """Results into the state, in memory; each finished intent's audit entry kept for the next write (once:
+        not again after a failover)."""
+        term = self.term
+        with term.lock:
+            audited = term.audited_intents()
+            for done in results:
+                intent = done.intent
+                if term.state is None or term.token != done.token:
+                    return
+                stored = next((i for i in term.state.intents if i.id == intent.id), None)
+                if stored is None:
+                    continue
+                stored.attempts += 1
+                if done.status == "failed" and intent.kind in RETRIED and stored.attempts < 5:
+                    stored.not_before = self.clock() + min(30.0, 0.5 * 2**stored.attempts)
+                    stored.result = f"attempt {stored.attempts} failed: {done.result}"
+                    continue
+                stored.status, stored.result = done.status, done.result  # type: ignore[assignment]
+                if intent.id not in audited:
+                    audited.add(intent.id)
+                    what = f"dry-run {intent.kind}" if self.config.safety.dry_run else intent.kind
+                    term.audit(done.token, what, intent.node, intent.why, done.before,
+                               f"{done.after}; {done.result}", intent=intent.id)  # fmt: skip
+
+    def _succeeded(self, intent_id: str | None) -> bool:
+        with self.term.lock:
+            state = self.term.state
+            found = next((i for i in (state.intents if state else []) if i.id == intent_id), None)
+        return found is not None and found.status == "done"

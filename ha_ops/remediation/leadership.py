@@ -1,0 +1,179 @@
+"""Leadership: the lease step (renew, or try to take the lease), this controller's view of the cluster published
+beside its peers' (view.py), the step down of a blind leader, and the takeover that begins a term (term.py).
+
+A runnable (`run`): a step every `lease_renew_s` while leading, more often while standing by.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from ha_ops.remediation import policy
+from ha_ops.remediation.audit import AuditHead, AuditLog
+from ha_ops.remediation.blocked import BlockedTracker, fresh_window
+from ha_ops.remediation.config import ControllerConfig
+from ha_ops.remediation.documents import Documents
+from ha_ops.remediation.lease import LeaderLease, LeaseLost
+from ha_ops.remediation.store import StateError
+from ha_ops.remediation.term import Term
+from ha_ops.remediation.view import View, ViewStore, should_yield
+
+if TYPE_CHECKING:
+    from ha_ops.remediation.k8s_lease import LeaderLabel
+
+log = logging.getLogger(__name__)
+
+
+class Leadership:
+    def __init__(
+        self,
+        config: ControllerConfig,
+        term: Term,
+        lease: LeaderLease,
+        documents: Documents,
+        audit: AuditLog,
+        leader_label: LeaderLabel | None,
+        clock: Callable[[], float],
+    ) -> None:
+        self.config = config
+        self.term = term
+        self.lease = lease
+        self.documents = documents
+        self.audit = audit
+        self.leader_label = leader_label
+        self.clock = clock
+        self.views = ViewStore(documents, config.id)
+        self.blocked = BlockedTracker(fresh_window(config.lease_ttl_s, config.lease_renew_s))  # (blocked.py)
+        self.known = {n for pool in config.pools.values() for n in (*pool.nodes, *pool.spares)}
+        self.peer_views: list[View] = []  # as read at the last lease step
+        self.slurm_ok_at = 0.0  # the last successful read of Slurm's node states
+        self.heard: dict[str, float] = {}  # node -> when its agent's report last arrived here (leader or standby)
+        self.on_term: Callable[[], None] = lambda: None  # a term began (app.py: the loops start at once)
+
+    # --- what this controller sees ------------------------------------------------------------------------------
+    @property
+    def is_leader(self) -> bool:
+        # Past its last renewal's expiry it says so at once, even while a renewal hangs on storage it cannot reach.
+        return self.term.token is not None and self.term.state is not None and self.lease.current()
+
+    def leader_name(self) -> str:
+        record = self.lease.read()
+        return record.holder if record and record.expires_at > self.clock() else ""
+
+    def own_view(self) -> View:
+        with self.term.lock:
+            return View(id=self.config.id, at=self.clock(), slurm_ok_at=self.slurm_ok_at, agents=dict(self.heard))
+
+    def heard_from(self, node: str) -> None:
+        """An agent's report arrived (accepted, or refused by a standby): the agent reaches this controller."""
+        if node in self.known:  # (a report naming a node not configured is refused later; it must not grow the view)
+            with self.term.lock:
+                self.heard[node] = self.clock()
+
+    def _compare_views(self) -> View | None:
+        """Publish this controller's view; return a peer that hears agents while this one hears none, if any."""
+        own = self.own_view()
+        try:
+            self.views.write(own)
+            self.peer_views = self.views.peers()
+        except OSError as exc:
+            log.error("views: shared storage error: %s", exc)
+            self.peer_views = []
+        return should_yield(own, self.peer_views, own.at, self.config.blind_after_s)
+
+    # --- the lease ----------------------------------------------------------------------------------------------
+    def run(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            self.step()
+            stop.wait(self.config.lease_renew_s if self.is_leader else min(0.5, self.config.lease_renew_s))
+
+    def step(self) -> None:
+        self._step()
+        if self.leader_label is not None:
+            self.leader_label.mark(self.is_leader)
+
+    def _step(self) -> None:
+        better = self._compare_views()
+        if better is not None:
+            # Blind next to a peer that is not: lead nothing, so that the peer takes the lease.
+            if self.is_leader:
+                self._step_down(better)
+            return
+        try:
+            leading = self.lease.acquire_or_renew()
+        except OSError as exc:
+            log.error("lease: shared storage error: %s", exc)
+            leading = False
+        term = self.term
+        with term.lock:
+            if leading and term.token != self.lease.token:
+                try:
+                    self._take_over()
+                except Exception as exc:
+                    # Unreadable state: lead nothing rather than act on a guess; the other controller may do better.
+                    # Kept for the metric and the description (blocked.py), and tried again at the next lease step:
+                    # a state put back is taken up without a restart.
+                    if self.blocked.failed(exc, self.documents.describe(term.store.name), self.clock()):
+                        log.error("%s cannot take over: %s; releasing the lease (tried again at each lease step)",
+                                  self.config.id, exc)  # fmt: skip
+                    term.end()
+                    self.lease.release()
+            elif not leading and term.token is not None:
+                log.warning("%s lost the lease; standing by", self.config.id)
+                term.end()
+
+    def _step_down(self, better: View) -> None:
+        now = self.clock()
+        window = self.config.blind_after_s
+        why = f"{self.own_view().describe(now, window)}, while {better.describe(now, window)}"
+        term = self.term
+        with term.lock:
+            token = term.token
+            if token is None:
+                return
+            try:
+                self.lease.check(token)
+                term.audit(token, "lease_step_down", None, why, "leader", f"released the lease for {better.id}")
+                term.save()
+            except (LeaseLost, OSError) as exc:
+                log.warning("stepping down without an audit entry: %s", exc)
+            log.error("%s steps down: %s", self.config.id, why)
+            term.end()
+            self.lease.release()
+
+    def _take_over(self) -> None:
+        """Under the lock: begin a term with the state as stored, its audit chain checked."""
+        term = self.term
+        token = self.lease.token
+        assert token is not None
+        state = term.store.load()
+        policy.init_state(state, self.config, self.clock())
+        state.leading_since = self.clock()
+        # The log read afresh (its predecessor may have written after its last save) and its chain checked against
+        # the head the state recorded: a cut or edited log is found here, at every takeover, not adopted.
+        problems = self.audit.resume(AuditHead(state.audit_seq, state.audit_hash))
+        if state.audit_seq == 0 and (logged := self.audit.head_as_written().seq) > 0 and not term.store.exists():
+            # No state, but a log of past actions: the state was removed, not never written. Forgetting what was
+            # done (nodes out of service, a fence under way) is worse than leading nothing until it is restored.
+            # (A state at seq 0 beside a longer log is only a leader killed between its first audit and its next
+            # save: the log read afresh above carries it on.)
+            where = self.documents.describe(term.store.name)
+            raise StateError(f"controller state {where} is missing while the audit log holds {logged} entries; "
+                             "restore it (ha-ops controller state restore)")  # fmt: skip
+        state.audit_problems = problems[:20]
+        term.begin(token, state)
+        if problems:
+            log.error("the audit log is not intact: %s", "; ".join(problems[:5]))
+            term.audit(token, "audit_chain_broken", None, "; ".join(problems[:5])[:2000], f"seq {state.audit_seq}",
+                       "the chain goes on from the state's head")  # fmt: skip
+        term.snapshots.begin_term()  # (the term's first write is snapshotted: a state that loaded)
+        term.save()
+        pending = len(state.pending())
+        if (was := self.blocked.cleared()) is not None:
+            log.warning("%s took over after %d failed attempt(s) since %.0f: %s", self.config.id, was.attempts,
+                        was.since, was.error)  # fmt: skip
+        log.warning("%s is the leader (token %d); %d pending intent(s) to finish", self.config.id, token, pending)
+        self.on_term()
