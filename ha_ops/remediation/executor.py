@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from typing import Protocol
 
 from ha_ops.remediation.model import Intent
@@ -53,8 +54,10 @@ class Executor:
 
     def run(self, intent: Intent) -> str:
         """Carry out `intent`; return a result line. Raise ActionFailed (or a transport error) on failure."""
-        handler = getattr(self, f"_{intent.kind}")
-        return handler(intent)
+        handler = ACTIONS.get(intent.kind)
+        if handler is None:  # ("alert" is decided, never carried out here: Alertmanager carries it)
+            raise ActionFailed(f"no action carries out a {intent.kind!r} intent")
+        return handler(self, intent)
 
     def _drain(self, intent: Intent) -> str:
         node = self.scheduler.node(intent.node)
@@ -138,3 +141,16 @@ class Executor:
             return f"fail: {json.loads(result.stdout)['reason']}"
         except (ValueError, KeyError, TypeError):
             return f"fail: {_tail(result)}"
+
+
+# Every intent kind the executor carries out, by name: the table is the list (a kind missing here fails, named).
+ACTIONS: dict[str, Callable[[Executor, Intent], str]] = {
+    "drain": Executor._drain,
+    "resume": Executor._resume,
+    "requeue_jobs": Executor._requeue_jobs,
+    "spare_in": Executor._spare_in,
+    "spare_out": Executor._spare_out,
+    "reset_gpu": Executor._reset_gpu,
+    "reboot_node": Executor._reboot_node,
+    "validate": Executor._validate,
+}

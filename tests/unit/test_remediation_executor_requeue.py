@@ -3,8 +3,12 @@ again (the partitions game day saw a job requeued in its last moment complete tw
 
 from __future__ import annotations
 
-from ha_ops.remediation.executor import Executor
-from ha_ops.remediation.model import Intent
+import typing
+
+import pytest
+
+from ha_ops.remediation.executor import ACTIONS, ActionFailed, Executor
+from ha_ops.remediation.model import Intent, IntentKind
 from ha_ops.schedulers.base import SchedulerJob
 
 
@@ -39,3 +43,10 @@ def test_a_job_that_ran_to_its_end_is_not_requeued_and_one_that_failed_is() -> N
     assert scheduler.requeued == ["running", "crashed", "unknown"]
     assert result == ("requeued [running, crashed, unknown]; not requeueable, left to finish [pinned]; "
                       "finished, left [finished]")  # fmt: skip
+
+
+def test_every_kind_of_intent_but_an_alert_has_an_action_and_an_alert_fails_named() -> None:
+    assert set(typing.get_args(IntentKind)) - set(ACTIONS) == {"alert"}
+    executor = Executor(Jobs([]), node_ops=None, partition="gpu")  # type: ignore[arg-type]
+    with pytest.raises(ActionFailed, match="no action carries out a 'alert' intent"):
+        executor.run(Intent(id="i2", node="gpu3", kind="alert", why="a person must look"))
