@@ -42,6 +42,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from ha_ops.errors import HaOpsError
 from ha_ops.rollout import leftovers
+from ha_ops.rollout.inputs import RolloutInputs
 from ha_ops.rollout.plan import Plan
 from ha_ops.rollout.policy import RolloutPolicy
 from ha_ops.rollout.protocols import DriverFacts
@@ -170,7 +171,7 @@ class RolloutState(BaseModel):
     max_unavailable: int
     down_at_start: list[str] = Field(default_factory=list)
     skipped: dict[str, str] = Field(default_factory=dict)  # from the plan: node -> reason
-    inputs: dict[str, str] = Field(default_factory=dict)  # spec, inventory, playbook: what resume rebuilds from
+    inputs: RolloutInputs = Field(default_factory=RolloutInputs)  # what resume rebuilds its doors from
     waves: list[WaveState]
     nodes: dict[str, NodeState]
     finished: int = 0  # last NodeState.finished handed out
@@ -194,7 +195,7 @@ def new_state(
     policy: RolloutPolicy,
     rollout_id: str,
     now: float,
-    inputs: dict[str, str] | None = None,
+    inputs: RolloutInputs | None = None,
     domains: dict[str, str] | None = None,
 ) -> RolloutState:
     """The state of a rollout about to start: every planned node pending, in plan order."""
@@ -216,7 +217,7 @@ def new_state(
         max_unavailable=plan.max_unavailable,
         down_at_start=list(plan.down),
         skipped=dict(plan.skipped),
-        inputs=dict(inputs or {}),
+        inputs=inputs or RolloutInputs(),
         waves=waves,
         nodes=nodes,
     )

@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from ha_ops.cli import rollout as rollout_cli
 from ha_ops.cli.main import app
 from ha_ops.rollout.protocols import DriverApplier, Scheduler, Validator
 from ha_ops.rollout.state import Phase, RolloutState, RolloutStore
@@ -115,10 +114,10 @@ def fleet(monkeypatch: pytest.MonkeyPatch) -> Fleet:
     fake = Fleet(["gpu1", "gpu2", "gpu3", "gpu4"])
 
     def adapters(state: RolloutState, state_dir: Path) -> tuple[Scheduler, DriverApplier, Validator]:
-        assert Path(state.inputs["inventory"]).name == "inventory.yml"
+        assert state.inputs.inventory is not None and state.inputs.inventory.name == "inventory.yml"
         return fake, fake, fake
 
-    monkeypatch.setattr(rollout_cli, "make_adapters", adapters)
+    monkeypatch.setattr("ha_ops.rollout.run.make_adapters", adapters)
     return fake
 
 
@@ -155,15 +154,15 @@ def test_controller_flags_are_checked_before_anything_runs(
 
 
 def test_the_default_controllers_come_from_the_spec(tmp_path: Path, inventory: Path) -> None:
-    from ha_ops.cli.rollout import _controller_inputs
+    from ha_ops.rollout.request import controller_inputs
 
     files = [tmp_path / name for name in ("c.pem", "k.pem", "ca.pem")]
     for f in files:
         f.write_text("x")
-    inputs = _controller_inputs(LAB, [], False, *files)
-    assert inputs["controllers"] == "https://10.77.0.10:8800,https://10.77.1.10:8800"
-    assert inputs["controller_ca"] == str(files[2].resolve())
-    assert _controller_inputs(LAB, [], True, None, None, None) == {}
+    inputs = controller_inputs(LAB, [], False, *files)
+    assert inputs["controllers"] == ["https://10.77.0.10:8800", "https://10.77.1.10:8800"]
+    assert inputs["controller_ca"] == files[2].resolve()
+    assert controller_inputs(LAB, [], True, None, None, None) == {}
 
 
 def test_driver_rolls_the_fleet_then_status(tmp_path: Path, fleet: Fleet, inventory: Path) -> None:
@@ -254,3 +253,35 @@ def test_status_without_a_rollout_exits_1(
 ) -> None:
     assert run_main(monkeypatch, "rollout", "status", "--state-dir", str(tmp_path)) == 1
     assert "no rollout in" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("content", "extra", "named"),
+    [
+        (b"soak_s: \xff\xfe\n", [], "not UTF-8 text"),
+        (b"soak_s: 2024-02-30\n", [], "not valid YAML"),
+        (b"soak_s: " + b"9" * 5000 + b"\n", [], "for integer string conversion"),
+        (b"[" * 5000 + b"]" * 5000, [], "nested too deeply"),
+        (b"drain: 5\n", ["--drain", "requeue"], "drain: a mapping of mode and timeout_s, not 5"),
+    ],
+)
+def test_a_bad_policy_file_is_an_error_naming_it_never_a_traceback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+    content: bytes, extra: list[str], named: str,
+) -> None:  # fmt: skip
+    # (issue 44's fuzzed policy files: each was a traceback, exit 70)
+    policy = tmp_path / "policy.yaml"
+    policy.write_bytes(content)
+    assert run_main(monkeypatch, *plan_args("--policy", str(policy), *extra)) == 2
+    err = capsys.readouterr().err
+    assert named in err and "Traceback" not in err
+
+
+def test_a_rollout_state_written_before_typed_inputs_still_loads(tmp_path: Path) -> None:
+    from ha_ops.rollout.inputs import RolloutInputs
+
+    old = {"inventory": "/x/inv.yml", "playbook": "/x/playbooks/driver.yml", "controllers": "https://a:1,https://b:1",
+           "controller_ca": "/x/ca.pem"}  # fmt: skip
+    inputs = RolloutInputs.model_validate(old)
+    assert inputs.controllers == ["https://a:1", "https://b:1"] and inputs.inventory == Path("/x/inv.yml")
+    assert inputs.controller_tls() is None  # (no certificate and key: not all three files)

@@ -58,7 +58,7 @@ def test_the_rollout_prints_progress_as_nodes_settle(tmp_path: Path) -> None:
 
 
 def test_status_reads_the_eta_as_of_the_last_write_unless_a_process_drives_it(tmp_path: Path) -> None:
-    from ha_ops.cli.rollout import _summary
+    from ha_ops.rollout.run import summary as _summary
 
     state = start(tmp_path, fleet_nodes(4), max_unavailable="1", soak_s=0).load()
     state.started_at, state.updated_at = 1000.0, 1300.0

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from ha_ops.rollout.inputs import RolloutInputs
 from ha_ops.rollout.plan import FleetNode, plan_rollout
 from ha_ops.rollout.policy import build_policy
 from ha_ops.rollout.protocols import DriverFacts
@@ -34,7 +35,8 @@ def a_state(rollout_id: str = "r1") -> RolloutState:
     nodes = [FleetNode(f"n{i}", f"rack{i % 2}", driver_version="550.1") for i in range(1, 7)]
     policy = build_policy({"canary": "2", "max_unavailable": "2"})
     plan = plan_rollout(nodes, policy, "570.2")
-    return new_state(plan, policy, rollout_id, 100.0, {"inventory": "/x/inv.yml"}, {n.name: n.domain for n in nodes})
+    return new_state(plan, policy, rollout_id, 100.0, RolloutInputs(inventory=Path("/x/inv.yml")),
+                     {n.name: n.domain for n in nodes})  # fmt: skip
 
 
 def test_new_state_follows_the_plan() -> None:
@@ -45,7 +47,7 @@ def test_new_state_follows_the_plan() -> None:
     assert all(n.step == NodeStep.PENDING for n in state.nodes.values())
     first = state.nodes[state.waves[0].batches[0][0]]
     assert first.wave == 0 and first.batch == 0 and first.domain.startswith("rack")
-    assert state.inputs == {"inventory": "/x/inv.yml"} and state.max_unavailable == 2
+    assert state.inputs == RolloutInputs(inventory=Path("/x/inv.yml")) and state.max_unavailable == 2
 
 
 def test_save_and_load_round_trip(tmp_path: Path) -> None:
