@@ -94,7 +94,7 @@ def run(
     ),
 ) -> None:
     """Run one controller instance (start one on each controller host; they elect a leader)."""
-    from ha_ops.remediation.app import Controller
+    from ha_ops.remediation.app import open_controller
     from ha_ops.remediation.executor import Executor
     from ha_ops.remediation.nodeops import SshNodeOps
 
@@ -105,7 +105,7 @@ def run(
         names = [*cfg.certificates.serve_names, address]
         cfg = cfg.model_copy(update={"certificates": cfg.certificates.model_copy(update={"serve_names": names})})
     logging.getLogger("ha_ops").setLevel(logging.INFO)
-    controller = Controller(cfg, Executor(make_scheduler(cfg), SshNodeOps(cfg.access), cfg.partition))
+    controller = open_controller(cfg, Executor(make_scheduler(cfg), SshNodeOps(cfg.access), cfg.partition))
     mode = "shadow mode (dry run): decides and audits, changes nothing" if cfg.safety.dry_run else "acting"
     output.info(
         f"controller {cfg.id} ({cfg.scheduler}): state in {controller.documents.describe('state.json')}, {mode}"

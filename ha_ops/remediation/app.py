@@ -40,18 +40,24 @@ from ha_ops.remediation.term import Term
 from ha_ops.remediation.tiers import TierPublisher
 from ha_ops.remediation.view import View
 from ha_ops.remediation.watchers import MonitoringWatcher, NodeStates
-from ha_ops.remediation.wiring import open_parts
+from ha_ops.remediation.wiring import Parts, open_parts
 from ha_ops.schedulers.base import ControllerPing, Scheduler
 
 log = logging.getLogger(__name__)
 
 
+def open_controller(config: ControllerConfig, executor: Executor, clock: Callable[[], float] = time.time) -> Controller:
+    """A controller over the parts its config names, opened (wiring.py: where the I/O of opening is)."""
+    return Controller(config, executor, open_parts(config, clock), clock)
+
+
 class Controller:
-    def __init__(self, config: ControllerConfig, executor: Executor, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, config: ControllerConfig, executor: Executor, parts: Parts, clock: Callable[[], float] = time.time
+    ) -> None:
         self.config = config
         self.executor = executor
         self.clock = clock
-        parts = open_parts(config, clock)
         self.lease, self.documents, self.store = parts.lease, parts.documents, parts.store
         self.snapshots, self.audit = parts.snapshots, parts.audit
         self.certificates, self.shipper = parts.certificates, parts.shipper

@@ -8,7 +8,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from ha_ops.remediation.app import Controller
+from ha_ops.remediation.app import open_controller
 from ha_ops.remediation.config import StateSnapshots
 from ha_ops.remediation.documents import DirectoryDocuments
 from ha_ops.remediation.snapshots import FOLDER, Snapshot, read_all
@@ -25,7 +25,7 @@ def keyed_rig(tmp_path: Path, me: str = "ctl1", clock: Clock | None = None, ever
     rig.config = rig.config.model_copy(
         update={"audit_key_file": key, "state_snapshots": StateSnapshots(keep=10, every_s=every_s)}
     )
-    rig.c = Controller(rig.config, rig.executor, clock=rig.clock)  # type: ignore[arg-type]
+    rig.c = open_controller(rig.config, rig.executor, clock=rig.clock)  # type: ignore[arg-type]
     return rig
 
 

@@ -320,7 +320,7 @@ def test_a_controller_issues_its_own_certificate_before_anything_loads_it(
 ) -> None:
     """At construction: its API's server and its audit shipper load the files as they start (a controller pod's
     first start has none: its volume is empty)."""
-    from ha_ops.remediation.app import Controller
+    from ha_ops.remediation.app import open_controller
     from tests.unit.test_remediation_server import StubExecutor
 
     own = {"ca_file": str(ca.paths.cert), "cert_file": str(tmp_path / "tls" / "tls.crt"),
@@ -331,7 +331,7 @@ def test_a_controller_issues_its_own_certificate_before_anything_loads_it(
                                     "key_file": str(ca.directory / "issuer.key")},
                          "serve_names": ["ha-ops-controller.ha-ops.svc", "10.0.0.7"]},
     })  # fmt: skip
-    Controller(config, StubExecutor())  # type: ignore[arg-type]
+    open_controller(config, StubExecutor())  # type: ignore[arg-type]
     cert = leaf(tmp_path / "tls" / "tls.crt")
     assert subject(cert) == ("pod-a", {"ha-ops:controllers"})
     names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value

@@ -18,7 +18,7 @@ from prometheus_client import generate_latest
 
 from ha_ops.errors import TransportError
 from ha_ops.health.report import AgentReport, ReportFinding
-from ha_ops.remediation.app import Controller
+from ha_ops.remediation.app import open_controller
 from ha_ops.remediation.audit import AuditHead, verify
 from ha_ops.remediation.config import (
     DEFAULT_FENCE_COMMAND,
@@ -146,7 +146,7 @@ class Rig:
         self.clock = clock or Clock()
         self.executor = executor or StubExecutor()
         self.config = make_config(self.dir, me, **config).model_copy(update=update or {})
-        self.c = Controller(self.config, self.executor, clock=self.clock)  # type: ignore[arg-type]
+        self.c = open_controller(self.config, self.executor, clock=self.clock)  # type: ignore[arg-type]
 
     def step(self, seconds: float = 0.5, ticks: int = 1) -> None:
         for _ in range(ticks):

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from ha_ops.health.report import AgentReport, ReportFinding
-from ha_ops.remediation.app import Controller
+from ha_ops.remediation.app import Controller, open_controller
 from ha_ops.remediation.config import ControllerConfig, Ladder, PoolConfig, Safety
 from ha_ops.remediation.model import ControllerState, Intent
 from ha_ops.remediation.server import serve
@@ -59,7 +59,7 @@ def make_controller(state_dir: Path, me: str, clock: Clock) -> Controller:
         safety=Safety(breaker_max_nodes=4, breaker_max_fraction=1.0, min_healthy_fraction=0.0),
         ladder=Ladder(validate_timeout_s=5, probation_s=10, drain_timeout_s=5),
     )
-    return Controller(config, StubExecutor(), clock=clock)  # type: ignore[arg-type]
+    return open_controller(config, StubExecutor(), clock=clock)  # type: ignore[arg-type]
 
 
 def report_body(**change: Any) -> dict[str, Any]:
