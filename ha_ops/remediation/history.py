@@ -105,6 +105,7 @@ def record_start(rec: NodeRecord, cause: str, reason: str, now: float, action: s
     """A new episode began (rec.episode already counts it)."""
     incident = Incident(cause=cause, at=now, episode=rec.episode, reason=reason[:REASON_MAX], actions=[action])
     rec.incidents.append(incident)
+    rec.touch()  # (in place: node_records.py writes only records that say they changed)
     _drop(rec, len(rec.incidents) - max_per_node)
     return incident
 
@@ -114,12 +115,14 @@ def _drop(rec: NodeRecord, count: int) -> None:
     if count > 0:
         rec.seen_since = max(rec.seen_since, rec.incidents[count - 1].at)
         del rec.incidents[:count]
+        rec.touch()
 
 
 def note_action(rec: NodeRecord, action: str) -> None:
     incident = open_incident(rec)
     if incident is not None and (not incident.actions or incident.actions[-1] != action):
         incident.actions.append(action)
+        rec.touch()
 
 
 def close(rec: NodeRecord, outcome: str, now: float, action: str | None = None) -> None:
@@ -130,6 +133,7 @@ def close(rec: NodeRecord, outcome: str, now: float, action: str | None = None) 
     if action:
         note_action(rec, action)
     incident.outcome, incident.ended_at = outcome, now
+    rec.touch()
 
 
 def returned(rec: NodeRecord, now: float) -> None:
@@ -143,6 +147,7 @@ def returned(rec: NodeRecord, now: float) -> None:
     elif last.outcome.startswith("held") and "returned" not in last.outcome:
         last.outcome, last.ended_at = f"{last.outcome}; repaired and returned", now
         last.actions.append("resume")
+        rec.touch()
 
 
 def trim(records: Iterable[NodeRecord], max_total: int) -> int:

@@ -149,7 +149,7 @@ class Leadership:
         term = self.term
         token = self.lease.token
         assert token is not None
-        state = term.store.load()
+        state, stored = term.store.load_stored()
         policy.init_state(state, self.config, self.clock())
         state.leading_since = self.clock()
         # The log read afresh (its predecessor may have written after its last save) and its chain checked against
@@ -164,7 +164,7 @@ class Leadership:
             raise StateError(f"controller state {where} is missing while the audit log holds {logged} entries; "
                              "restore it (ha-ops controller state restore)")  # fmt: skip
         state.audit_problems = problems[:20]
-        term.begin(token, state)
+        term.begin(token, state, stored)
         if problems:
             log.error("the audit log is not intact: %s", "; ".join(problems[:5]))
             term.audit(token, "audit_chain_broken", None, "; ".join(problems[:5])[:2000], f"seq {state.audit_seq}",

@@ -12,7 +12,7 @@ from ha_ops.remediation.bursts import BurstTracker
 from ha_ops.remediation.fence_heal import FenceRecord, Hold
 from ha_ops.remediation.observers import Contact
 
-STATE_VERSION = 1
+STATE_VERSION = 2  # 2: node records in shards and a journal (node_records.py); 1 is still read
 
 
 class Incident(BaseModel):
@@ -109,6 +109,24 @@ class NodeRecord(BaseModel):
     repaired_at: float = 0.0
     tier: str = ""
     maintenance: Maintenance | None = None
+    # Where a change to the record is noted (node_records.py: the writer serializes only the records named there, so
+    # a commit costs the nodes it changed, not the fleet): every assignment that changes a field, and touch() for an
+    # in-place change (history.py's to the incidents). None: not tracked (a record read, not led).
+    _changes: set[str] | None = PrivateAttr(default=None)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if not name.startswith("_") and getattr(self, name) != value:
+            self.touch()
+        super().__setattr__(name, value)
+
+    def touch(self) -> None:
+        """The record changed in place (a list or a nested record, without an assignment to this record)."""
+        changes = self.__pydantic_private__["_changes"]  # type: ignore[index]
+        if changes is not None:
+            changes.add(self.name)
+
+    def track(self, changes: set[str] | None) -> None:
+        self.__pydantic_private__["_changes"] = changes  # type: ignore[index]
 
 
 IntentKind = Literal[

@@ -134,9 +134,15 @@ class SnapshotRing:
         with self._lock:
             self._due, self._next = True, None
 
+    def due(self) -> bool:
+        """Whether the next write is to be snapshotted (the writer then hands after_write the whole state)."""
+        with self._lock:
+            return self.config.keep > 0 and (self._due or self.clock() - self._last_at >= self.config.every_s)
+
     def after_write(self, text: str, token: int, who: str) -> None:
-        """Called once `text` is written as the state under `token`: a snapshot of it, if one is due. A failure is
-        logged and tried again `every_s` later: it never fails the write it follows."""
+        """Called once the state `text` (whole: every node record in its journal, node_records.py) is written under
+        `token`: a snapshot of it, if one is due. A failure is logged and tried again `every_s` later: it never fails
+        the write it follows."""
         keep = self.config.keep
         if keep <= 0:
             return

@@ -23,21 +23,26 @@ from ha_ops.remediation import policy
 from ha_ops.remediation.audit import AuditLog, Prepared
 from ha_ops.remediation.lease import LeaderLease, LeaseLost
 from ha_ops.remediation.model import ControllerState, Intent
+from ha_ops.remediation.node_records import NodeWriter, Stored
 from ha_ops.remediation.snapshots import SnapshotRing
-from ha_ops.remediation.store import StateStore, state_text
+from ha_ops.remediation.store import StateStore, core_text, state_text
 
 log = logging.getLogger(__name__)
 
 
 class Snapshot(NamedTuple):
-    """A state to write: its sequence number, its text, the lease token it was taken under, the decisions it holds,
-    and the intent numbers it holds (every one below `intents_below`)."""
+    """A state to write: its sequence number, its text (the core with its journal: node_records.py), the lease
+    token it was taken under, the decisions it holds, the intent numbers it holds (every one below
+    `intents_below`), and the journal to compact into the shards once it is written (None: not due)."""
 
     seq: int
     text: str
     token: int
     decisions: int
     intents_below: int
+    compact: dict[str, str] | None = None
+    preload: dict[str, str] | None = None  # records stored nowhere yet: into their shards before this core
+    whole: str | None = None  # the whole state (every record), when a snapshot of it is due (snapshots.py)
 
 
 def intent_number(intent: Intent) -> int:
@@ -83,12 +88,15 @@ class Term:
         self._arrival: Future[None] = Future()  # resolved by wake (new intents); replaced once seen
         self._arrival_lock = threading.Lock()
         self.on_intents: Callable[[], None] = lambda: None  # the decision loop's own wake-up (app.py)
+        self.nodes = NodeWriter()  # which node records are stored where (node_records.py)
 
     # --- the term's bounds ------------------------------------------------------------------------------------
-    def begin(self, token: int, state: ControllerState) -> None:
-        """Under the lock: lead with `state` under `token`. What a past term left unwritten is not carried over:
-        the log was read afresh, and the predecessor's unwritten actions are checked again by running them."""
+    def begin(self, token: int, state: ControllerState, stored: Stored) -> None:
+        """Under the lock: lead with `state` (its node records `stored` so) under `token`. What a past term left
+        unwritten is not carried over: the log was read afresh, and the predecessor's unwritten actions are checked
+        again by running them."""
         self.token, self.state, self._saved = token, state, ""
+        self.nodes.begin(state, stored)
         self._durable_below = 0
         self._audit_queue.clear()
         self._unaudited = []
@@ -145,33 +153,74 @@ class Term:
         # leads (every write is fenced); asking the documents would read the whole log at every save.
         head = self.audit_log.prepared_head()
         self.state.audit_seq, self.state.audit_hash = head.seq, head.hash
-        snapshot = state_text(self.state)
-        if snapshot == self._saved:  # (an idle tick changes nothing: no write, no fsync)
+        self.nodes.collect(self.state)  # (only the records that changed: a heartbeat's freshness is not written)
+        snapshot = core_text(self.state, self.nodes.journal_json())
+        compact = dict(self.nodes.journal) if self.nodes.due() else None
+        preload = dict(self.nodes.preload) if self.nodes.preload or self.nodes.stale else None
+        if snapshot == self._saved and compact is None and preload is None:  # (an idle tick: no write, no fsync)
             self._committed = max(self._committed, self._decisions)
             self._durable_below = max(self._durable_below, self.state.next_intent)
             return None
         self._snapshots += 1
-        return Snapshot(self._snapshots, snapshot, self.token, self._decisions, self.state.next_intent)
+        whole = state_text(self.state) if self.snapshots.due() else None  # (O(fleet): every `every_s` at most)
+        return Snapshot(self._snapshots, snapshot, self.token, self._decisions, self.state.next_intent, compact,
+                        preload, whole)  # fmt: skip
 
     def _write(self, snap: Snapshot | None) -> None:
         """Write the audit entries chained so far, then the snapshot unless a later one was written meanwhile
-        (writes run outside the state lock: decisions go on while the API or the shared storage answers)."""
+        (writes run outside the state lock: decisions go on while the API or the shared storage answers); then,
+        when its journal is due, the compaction and the core after it."""
         with self._write_lock:
-            if self._audit_queue:
-                token = snap.token if snap is not None else self.token
-                if token is None:
-                    raise LeaseLost("not the leader")
-                self.lease.check(token)  # a deposed leader writes no audit entry either
-                while self._audit_queue:  # (in the order chained; a batch that fails stays first, for the next)
-                    self.audit_log.write_prepared(self._audit_queue[0])
-                    self._audit_queue.popleft()
-            if snap is None or snap.seq <= self._written:
-                return
-            self.store.save_text(snap.text, snap.token)
-            self._written, self._saved = snap.seq, snap.text
-            self._committed = max(self._committed, snap.decisions)
-            self._durable_below = max(self._durable_below, snap.intents_below)
-            self.snapshots.after_write(snap.text, snap.token, self.who(snap.token))  # when one is due
+            while True:
+                self._write_audit(snap)
+                if snap is None or snap.seq <= self._written:
+                    return
+                if snap.preload is not None:
+                    self._preload(snap)
+                self.store.save_text(snap.text, snap.token)
+                self._written, self._saved = snap.seq, snap.text
+                self._committed = max(self._committed, snap.decisions)
+                self._durable_below = max(self._durable_below, snap.intents_below)
+                if snap.whole is not None:
+                    self.snapshots.after_write(snap.whole, snap.token, self.who(snap.token))
+                if snap.compact is None:
+                    return
+                snap = self._compact(snap)
+
+    def _write_audit(self, snap: Snapshot | None) -> None:
+        """Under the write lock: the audit entries chained so far, in order (before any state that records them)."""
+        if not self._audit_queue:
+            return
+        token = snap.token if snap is not None else self.token
+        if token is None:
+            raise LeaseLost("not the leader")
+        self.lease.check(token)  # a deposed leader writes no audit entry either
+        while self._audit_queue:  # (in the order chained; a batch that fails stays first, for the next)
+            self.audit_log.write_prepared(self._audit_queue[0])
+            self._audit_queue.popleft()
+
+    def _preload(self, snap: Snapshot) -> None:
+        """Under the write lock, before `snap`'s core: records stored nowhere yet into their shards (and shards
+        found beside no state rewritten). Safe before the core: a state of version 1 keeps every record in its own
+        document, and a fresh record is made again by the next takeover."""
+        assert snap.preload is not None
+        for document, text in self.nodes.compaction(snap.preload):
+            self.store.save_document(document, text, snap.token)
+        with self.lock:
+            self.nodes.preloaded(snap.preload)
+
+    def _compact(self, snap: Snapshot) -> Snapshot | None:
+        """Under the write lock, after `snap` was written: its journal's records copied into their shards; then the
+        next snapshot, whose journal no longer holds them (a leader that dies between the two finds the records in
+        both, alike)."""
+        assert snap.compact is not None
+        for document, text in self.nodes.compaction(snap.compact):
+            self.store.save_document(document, text, snap.token)
+        with self.lock:
+            if self.state is None or self.token != snap.token:
+                return None
+            self.nodes.compacted(snap.compact)
+            return self._snapshot()
 
     def decide(self, decide: Callable[[ControllerState, int], policy.Outcome]) -> dict[str, Any]:
         """Apply a decision under the state lock, and answer once the state holding it is written."""

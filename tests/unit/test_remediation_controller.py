@@ -33,7 +33,8 @@ from ha_ops.remediation.config import (
 from ha_ops.remediation.executor import ActionFailed
 from ha_ops.remediation.lease import LeaseLost
 from ha_ops.remediation.model import Intent, NodePhase
-from ha_ops.remediation.store import read_state
+from ha_ops.remediation.node_records import durable_key
+from ha_ops.remediation.store import load_state, read_state
 from ha_ops.schedulers.slurm import SlurmJob
 from ha_ops.util.proc import CommandResult
 from ha_ops.util.wait import wait_for
@@ -153,6 +154,17 @@ class Rig:
             self.clock.now += seconds
             self.c.lease_step()
             self.c.tick()
+            self.check_stored()
+
+    def check_stored(self) -> None:
+        """What a new leader would load is what this one holds (issue 43: records are written only when they say
+        they changed; a change that did not say so would be lost at a failover), less a report's freshness."""
+        with self.c.term.lock:
+            if not self.c.is_leader or self.c.term._audit_queue or self.c.term._unaudited:
+                return  # (a background write under way)
+            held = {n: durable_key(r) for n, r in self.c.state.nodes.items()}
+        stored = {n: durable_key(r) for n, r in load_state(self.c.documents).nodes.items()}
+        assert stored == held, sorted(n for n in held if stored.get(n) != held[n])
 
     def audit(self) -> list[dict[str, Any]]:
         path = self.dir / "audit.jsonl"

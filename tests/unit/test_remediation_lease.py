@@ -236,7 +236,7 @@ def test_load_missing_gives_a_fresh_state(tmp_path: Path, clock: Clock) -> None:
     [
         ("{not json", "unreadable"),
         ("", "unreadable"),
-        ('{"version": 99, "nodes": {}}', "version 99, expected 1"),
+        ('{"version": 99, "nodes": {}}', "version 99, expected 2"),
         ("{}", "version None"),
         ("[1, 2]", "state.json"),
         ("null", "state.json"),

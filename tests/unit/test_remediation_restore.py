@@ -17,7 +17,7 @@ from ha_ops.remediation.model import ControllerState, NodePhase, NodeRecord, Run
 from ha_ops.remediation.replay import replay
 from ha_ops.remediation.restore import Chain, RestoreRefused, apply, plan, read_chain
 from ha_ops.remediation.snapshots import SnapshotError
-from ha_ops.remediation.store import read_state
+from ha_ops.remediation.store import parse_state, read_state
 from tests.unit.state_history import GARBAGE, KEY, History, altered, history, keyed_rig, node_phases, write_snapshot
 
 NODES = {"n1", "n2", "n3", "n4", "s1"}
@@ -103,7 +103,7 @@ def test_a_damaged_or_missing_snapshot_is_refused_naming_it(h: History) -> None:
     with pytest.raises(SnapshotError, match="damaged: its state is not JSON"):
         plan(h.docs, chain(h), from_name="torn")
     header, state = altered(h.at_head, id="invalid")
-    state["nodes"]["n1"]["phase"] = "on fire"
+    state["journal"]["n1"]["phase"] = "on fire"  # (its node records: the journal, node_records.py)
     write_snapshot(h, "slot-04.json", header, state)
     with pytest.raises(SnapshotError, match=r"damaged: snapshot .*slot-04.json is invalid \(1 error"):
         plan(h.docs, chain(h), from_name="invalid")
@@ -182,7 +182,7 @@ def test_the_rebuild_without_any_snapshot_starts_from_a_fresh_state_with_the_con
 
     the_plan = plan(h.docs, chain(h), rebuild=True, init=init)
     assert the_plan.source == "a fresh state"
-    assert node_phases(ControllerState.model_validate_json(the_plan.text).nodes) == h.phases
+    assert node_phases(parse_state(json.loads(the_plan.text), "the plan").nodes) == h.phases
 
 
 # --- the replay, alone ------------------------------------------------------------------------------------------

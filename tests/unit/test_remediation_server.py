@@ -370,8 +370,8 @@ def test_a_body_over_the_limit_is_refused_on_its_length_before_it_is_read(api: A
 def test_control_characters_in_a_reason_become_spaces(api: Api) -> None:
     status, _, _ = api.call("/v1/reports", report_body(reason="XID 79\nNodeName=n9 State=IDLE\x00"))
     assert status == 200
-    state = json.loads(api.files()["state.json"])
-    assert state["nodes"]["n1"]["last_report"]["reason"] == "XID 79 NodeName=n9 State=IDLE "
+    state = json.loads(api.files()["state.json"])  # (n1's record in the journal: node_records.py)
+    assert state["journal"]["n1"]["last_report"]["reason"] == "XID 79 NodeName=n9 State=IDLE "
 
 
 def test_the_state_does_not_show_what_would_let_a_caller_forge_a_report(api: Api) -> None:

@@ -5,19 +5,22 @@ ConfigMaps."""
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 
 import pytest
 from prometheus_client import generate_latest
 
+from ha_ops.health.report import AgentReport
 from ha_ops.remediation.blocked import BlockedTracker, classify
 from ha_ops.remediation.config import StateSnapshots
 from ha_ops.remediation.documents import DirectoryDocuments
 from ha_ops.remediation.k8s_documents import ConfigMapDocuments
 from ha_ops.remediation.lease import Lease, LeaseLost
+from ha_ops.remediation.model import ControllerState
 from ha_ops.remediation.snapshots import SnapshotRing, read_all, slot_name
-from ha_ops.remediation.store import StateError
+from ha_ops.remediation.store import StateError, load_state, parse_state
 from tests.unit.state_history import history, keyed_rig
 from tests.unit.test_remediation_controller import Clock, Rig, report
 from tests.unit.test_remediation_documents import ApiServer
@@ -80,25 +83,36 @@ def test_what_blocks_a_takeover() -> None:
     assert tracker.current(21.0) is not None and tracker.current(21.5) is None
 
 
+def as_loaded(text: str) -> ControllerState:
+    """A snapshot's state as a new leader would load it: every node record is in it (node_records.py)."""
+    return parse_state(json.loads(text), "snapshot")
+
+
+def written_report(seq: int) -> AgentReport:
+    """A report that changes what is written (its reason): a heartbeat that changes nothing durable writes nothing
+    since issue 43 (node_records.py), and these tests count writes."""
+    return report("n2", seq=seq, state="healthy").model_copy(update={"reason": f"sweep {seq}"})
+
+
 # --- the ring ---------------------------------------------------------------------------------------------------
 def test_a_term_begins_with_a_snapshot_of_what_it_wrote_and_takes_one_at_most_every_every_s(tmp_path: Path) -> None:
     rig = keyed_rig(tmp_path, every_s=60.0)
     rig.c.lease_step()
     docs = DirectoryDocuments(rig.dir)
     [first] = read_all(docs)[0]
-    assert first.slot == slot_name(0) and first.text == (rig.dir / "state.json").read_text()
+    assert first.slot == slot_name(0) and as_loaded(first.text) == load_state(docs)  # the whole state as written
     assert (first.audit_seq, first.by) == (0, "ctl1 (token 1)") and first.id.startswith("0000000000-19700101T0123")
     for seq in range(1, 30):  # commits every 2 s: one snapshot a minute, not one per commit
         rig.clock.now += 2.0
         rig.c.lease_step()
-        rig.c.handle_report(report("n2", seq=seq, state="healthy"))
+        rig.c.handle_report(written_report(seq))
     snapshots = read_all(docs)[0]
     assert len(snapshots) == 1
     rig.clock.now += 2.0
     rig.c.lease_step()
-    rig.c.handle_report(report("n2", seq=30, state="healthy"))
+    rig.c.handle_report(written_report(30))
     assert [s.slot for s in read_all(docs)[0]] == [slot_name(0), slot_name(1)]
-    assert read_all(docs)[0][-1].text == (rig.dir / "state.json").read_text()
+    assert as_loaded(read_all(docs)[0][-1].text) == load_state(docs)
 
 
 def test_the_ring_keeps_the_newest_few_and_a_new_term_goes_on_after_the_newest(tmp_path: Path) -> None:
@@ -109,7 +123,7 @@ def test_the_ring_keeps_the_newest_few_and_a_new_term_goes_on_after_the_newest(t
     for seq in range(1, 5):  # 5 snapshots in all, into 3 slots
         clock.now += 1.0
         a.c.lease_step()
-        a.c.handle_report(report("n2", seq=seq, state="healthy"))
+        a.c.handle_report(written_report(seq))
     docs = DirectoryDocuments(a.dir)
     snapshots = read_all(docs)[0]
     assert [s.slot for s in snapshots] == [slot_name(2), slot_name(0), slot_name(1)]  # oldest first
