@@ -146,6 +146,10 @@ class NodeWriter:
             touched.add(shard)
         return [(shard_document(shard), records_json(self.base.get(shard, {}))) for shard in sorted(touched)]
 
+    def stored_shards(self) -> dict[int, str]:
+        """Under the write lock: every shard as stored (shard -> records JSON), for a snapshot."""
+        return {shard: records_json(texts) for shard, texts in self.base.items() if texts}
+
     def preloaded(self, records: dict[str, str]) -> None:
         """Under the state lock, once the shards hold `records`: no longer to preload."""
         self.stale.clear()

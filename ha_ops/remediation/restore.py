@@ -29,8 +29,15 @@ from ha_ops.remediation.documents import Documents
 from ha_ops.remediation.lease import LeaderLease
 from ha_ops.remediation.model import ControllerState
 from ha_ops.remediation.replay import replay
-from ha_ops.remediation.snapshots import Snapshot, SnapshotError, read_all
-from ha_ops.remediation.store import StateError, load_state, parse_state, state_text
+from ha_ops.remediation.snapshots import Snapshot, SnapshotError, read_all, shard_records
+from ha_ops.remediation.store import (
+    StateError,
+    load_state,
+    parse_records,
+    parse_state,
+    state_text,
+    whole_documents,
+)
 from ha_ops.util.parsing import parse_json
 
 STATE = "state.json"
@@ -88,11 +95,18 @@ def judge(snap: Snapshot, chain: Chain) -> str | None:
             f"{head.seq}, or --rebuild-from-audit")  # fmt: skip
 
 
-def snapshot_state(snap: Snapshot, where: str, nodes: set[str] | None) -> ControllerState:
-    """The snapshot's state, checked whole: SnapshotError naming it when damaged, or another cluster's."""
+def snapshot_state(snap: Snapshot, where: str, nodes: set[str] | None, documents: Documents) -> ControllerState:
+    """The snapshot's state (its core, and the node records of its copies of the shards), checked whole:
+    SnapshotError naming it when damaged, or another cluster's."""
     try:
         state = parse_state(parse_json(snap.text, f"snapshot {where}"), f"snapshot {where}")
+        journaled = set(state.nodes)
+        for shard, text in shard_records(documents, snap).items():
+            records = parse_records(text, f"snapshot {where}, shard {shard}")
+            state.nodes.update({n: r for n, r in records.items() if n not in journaled})
     except SpecError as exc:  # (parse_json: not JSON, or nested too deeply)
+        if isinstance(exc, SnapshotError):
+            raise
         raise SnapshotError(where, [f"damaged: its state is not JSON: {'; '.join(exc.problems)}"]) from None
     except StateError as exc:
         raise SnapshotError(where, [f"damaged: {exc}"]) from None
@@ -121,12 +135,17 @@ class Plan:
 
     how: str  # "snapshot" or "rebuild"
     source: str  # the snapshot's id, or "a fresh state"
-    text: str
+    state: ControllerState  # the state to write, whole
     head: AuditHead
     current: str  # what is wrong with the state now
     replayed: int = 0
     notes: list[str] = field(default_factory=list)
     state_before: str | None = None  # the state document as planned on: apply refuses if it changed since
+
+    @property
+    def text(self) -> str:
+        """The state as one document (every node record in its journal)."""
+        return state_text(self.state)
 
     def describe(self) -> dict[str, Any]:
         return {"how": self.how, "source": self.source, "audit_seq": self.head.seq, "audit_hash": self.head.hash,
@@ -183,23 +202,23 @@ def _plan(
 
     current = current_problem(documents, chain)
     if rebuild:
-        return _rebuild(snapshots, chain, current, nodes, init, where)
+        return _rebuild(snapshots, chain, current, nodes, init, where, documents)
     if from_name is not None:
         snap = find(snapshots, damaged, from_name, where)
-        snapshot_state(snap, where(snap.slot), nodes)  # damaged or foreign: named before the chain is asked
+        state = snapshot_state(snap, where(snap.slot), nodes, documents)  # damaged or foreign: before the chain
         if (why := judge(snap, chain)) is not None:
             raise SnapshotError(where(snap.slot), [why])
-        return Plan("snapshot", snap.id, snap.text, chain.head, current)
+        return Plan("snapshot", snap.id, state, chain.head, current)
     notes = [f"{where(slot)}: {why}" for slot, why in damaged.items()]
     for snap in reversed(snapshots):  # the newest that matches
         if judge(snap, chain) is not None:
             continue
         try:
-            snapshot_state(snap, where(snap.slot), nodes)
+            state = snapshot_state(snap, where(snap.slot), nodes, documents)
         except SnapshotError as exc:
             notes.append(str(exc))
             continue
-        return Plan("snapshot", snap.id, snap.text, chain.head, current, notes=notes)
+        return Plan("snapshot", snap.id, state, chain.head, current, notes=notes)
     newest = f"the newest is {snapshots[-1].id} (seq {snapshots[-1].audit_seq})" if snapshots else "there is none"
     raise RestoreRefused(
         f"no snapshot is at the audit log's head (seq {chain.head.seq}); {newest}. "
@@ -214,6 +233,7 @@ def _rebuild(
     nodes: set[str] | None,
     init: Callable[[ControllerState], None] | None,
     where: Callable[[str], str],
+    documents: Documents,
 ) -> Plan:
     notes: list[str] = []
     base, source = ControllerState(), "a fresh state"
@@ -222,7 +242,7 @@ def _rebuild(
             notes.append(f"{snap.id}: not in this audit chain, skipped")
             continue
         try:
-            base, source = snapshot_state(snap, where(snap.slot), nodes), snap.id
+            base, source = snapshot_state(snap, where(snap.slot), nodes, documents), snap.id
             break
         except SnapshotError as exc:
             notes.append(str(exc))
@@ -232,7 +252,7 @@ def _rebuild(
     notes += replay(base, after)
     base.audit_seq, base.audit_hash = chain.head.seq, chain.head.hash
     base.leading_since = 0.0
-    return Plan("rebuild", source, state_text(base), chain.head, current, replayed=len(after), notes=notes)
+    return Plan("rebuild", source, base, chain.head, current, replayed=len(after), notes=notes)
 
 
 def damaged_name(now: float) -> str:
@@ -292,8 +312,9 @@ def apply(
                 documents.write(kept, old)
         # Audited before the state is written, as the controllers do: a restore never lands unaudited.
         audited = _audit(the_plan, documents, lease, token, audit_key, kept, now)
-        with lease.fenced(token):
-            documents.write(STATE, the_plan.text)
+        for name, text in whole_documents(the_plan.state, documents):  # (the core last; each write fenced)
+            with lease.fenced(token):
+                documents.write(name, text)
     finally:
         lease.release()
     return {**the_plan.describe(), "state": documents.describe(STATE),

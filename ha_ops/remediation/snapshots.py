@@ -7,9 +7,13 @@ remove the audit log). The leader writes one from the state text it has just wri
 to load: a takeover that cannot load the state writes nothing), when its term begins and then at most every
 `every_s` after a write: never at every commit.
 
-A snapshot is a header line (JSON: its id, the audit head the state records, when and by whom it was taken) and the
-state's text, byte for byte as it was written. Its id, `<audit seq, 10 digits>-<UTC time>`, sorts by the audit seq and
-then the time (the controllers' clocks may differ; the seq only grows), and is what `state list` shows and
+A snapshot is a header line (JSON: its id, the audit head the state records, when and by whom it was taken, and the
+shards of node records it holds) and the state's core, byte for byte as it was written (node_records.py); beside it,
+in `snapshot-records/slot-NN/`, a copy of each shard of node records as stored at that moment, each headed by the snapshot's
+id: a copy whose id differs is from an older snapshot of the same slot (one torn by a crash), and the snapshot is
+damaged. Every document stays the size of a shard: 25,000 nodes never make one over 256 KiB. (Format 1, before issue
+43: the whole state in the slot's one document.) Its id, `<audit seq, 10 digits>-<UTC time>`, sorts by the audit seq
+and then the time (the controllers' clocks may differ; the seq only grows), and is what `state list` shows and
 `state restore --from` takes.
 """
 
@@ -32,7 +36,9 @@ from ha_ops.util.parsing import parse_json
 log = logging.getLogger(__name__)
 
 FOLDER = "snapshots"
-FORMAT = 1
+RECORDS = "snapshot-records"  # each slot's copies of the shards of node records, in a folder of the slot's name
+FORMAT = 2
+FORMATS = (1, FORMAT)  # 1: the whole state in the slot's document (before issue 43)
 
 
 class SnapshotError(SpecError):
@@ -47,7 +53,8 @@ class Snapshot:
     audit_hash: str
     at: float
     by: str
-    text: str  # the state, as the leader wrote it
+    text: str  # the state's core, as the leader wrote it (format 1: the whole state)
+    shards: tuple[int, ...] = ()  # the shards of node records copied beside it
 
     @property
     def key(self) -> tuple[int, float]:
@@ -78,11 +85,34 @@ def head_of(state_text: str) -> tuple[int, str]:
     return int(data.get("audit_seq", 0)), str(data.get("audit_hash", GENESIS))
 
 
-def render(state_text: str, at: float, by: str) -> str:
+def render(state_text: str, at: float, by: str, shards: list[int] | tuple[int, ...] = ()) -> str:
     seq, digest = head_of(state_text)
     header = {"snapshot": FORMAT, "id": snapshot_id(seq, at), "audit_seq": seq, "audit_hash": digest, "at": at,
-              "by": by}  # fmt: skip
+              "by": by, "shards": sorted(shards)}  # fmt: skip
     return json.dumps(header, sort_keys=True) + "\n" + state_text
+
+
+def shard_copy(slot: str, shard: int) -> str:
+    """The document of a snapshot's copy of a shard: `snapshot-records/slot-03/shard-017.json`."""
+    return f"{RECORDS}/{slot.removesuffix('.json')}/shard-{shard:03d}.json"
+
+
+def shard_records(documents: Documents, snap: Snapshot) -> dict[int, str]:
+    """The snapshot's copies of its shards (shard -> records JSON); SnapshotError naming a copy that is missing or
+    from another snapshot of the slot (a snapshot torn by a crash)."""
+    found = {}
+    for shard in snap.shards:
+        where = documents.describe(shard_copy(snap.slot, shard))
+        text = documents.read(shard_copy(snap.slot, shard))
+        first, _, body = (text or "").partition("\n")
+        try:
+            header = parse_json(first, where) if text is not None else None
+        except SpecError:
+            header = None
+        if not isinstance(header, dict) or header.get("snapshot") != snap.id:
+            raise SnapshotError(where, [f"damaged: its copy of shard {shard} is missing or another snapshot's"])
+        found[shard] = body
+    return found
 
 
 def parse(slot: str, text: str, where: str) -> Snapshot:
@@ -94,13 +124,14 @@ def parse(slot: str, text: str, where: str) -> Snapshot:
     except SpecError:
         header = None
     fields = ("id", "audit_seq", "audit_hash", "at", "by")
-    if not newline or not isinstance(header, dict) or header.get("snapshot") != FORMAT or any(
+    if not newline or not isinstance(header, dict) or header.get("snapshot") not in FORMATS or any(
         f not in header for f in fields
     ):  # fmt: skip
         raise SnapshotError(where, ["damaged: not a state snapshot (its header line is missing or unreadable)"])
     try:
+        shards = tuple(int(s) for s in header.get("shards", []))
         return Snapshot(slot, str(header["id"]), int(header["audit_seq"]), str(header["audit_hash"]),
-                        float(header["at"]), str(header["by"]), body)  # fmt: skip
+                        float(header["at"]), str(header["by"]), body, shards)  # fmt: skip
     except (TypeError, ValueError):
         raise SnapshotError(where, ["damaged: its header's fields are not what a snapshot holds"]) from None
 
@@ -139,10 +170,11 @@ class SnapshotRing:
         with self._lock:
             return self.config.keep > 0 and (self._due or self.clock() - self._last_at >= self.config.every_s)
 
-    def after_write(self, text: str, token: int, who: str) -> None:
-        """Called once the state `text` (whole: every node record in its journal, node_records.py) is written under
-        `token`: a snapshot of it, if one is due. A failure is logged and tried again `every_s` later: it never fails
-        the write it follows."""
+    def after_write(self, text: str, token: int, who: str, shards: Callable[[], dict[int, str]] = dict) -> None:
+        """Called once the state's core `text` is written under `token`, `shards` giving the node records stored
+        beside it (shard -> records JSON, node_records.py): a snapshot of both, if one is due (the copies first, the
+        slot's header last). A failure is logged and tried again `every_s` later: it never fails the write it
+        follows."""
         keep = self.config.keep
         if keep <= 0:
             return
@@ -154,9 +186,17 @@ class SnapshotRing:
             try:
                 if self._next is None:
                     self._next = self._next_slot(keep)
-                body = render(text, now, who)
-                with self.lease.fenced(token):  # a deposed leader's snapshot could be older than its successor's
-                    self.documents.write(f"{FOLDER}/{slot_name(self._next)}", body)
+                slot = slot_name(self._next)
+                records = shards()
+                body = render(text, now, who, list(records))
+                copy_header = json.dumps({"snapshot": json.loads(body.partition("\n")[0])["id"]}) + "\n"
+                # Each write fenced on its own (a deposed leader's snapshot could be older than its successor's), so
+                # that the lease's renewal never waits for the whole snapshot.
+                for shard, shard_text in sorted(records.items()):
+                    with self.lease.fenced(token):
+                        self.documents.write(shard_copy(slot, shard), copy_header + shard_text)
+                with self.lease.fenced(token):
+                    self.documents.write(f"{FOLDER}/{slot}", body)
                 self._next = (self._next + 1) % keep
                 self.taken += 1
             except (OSError, ValueError, LeaseLost) as exc:

@@ -12,7 +12,15 @@ from ha_ops.errors import HaOpsError
 from ha_ops.remediation.documents import DirectoryDocuments, Documents
 from ha_ops.remediation.lease import LeaderLease
 from ha_ops.remediation.model import STATE_VERSION, ControllerState, NodeRecord
-from ha_ops.remediation.node_records import FOLDER, Stored, record_text, records_json, shard_number
+from ha_ops.remediation.node_records import (
+    FOLDER,
+    Stored,
+    record_text,
+    records_json,
+    shard_document,
+    shard_number,
+    shard_of,
+)
 from ha_ops.util.parsing import read_text
 
 READABLE_VERSIONS = (1, STATE_VERSION)  # version 1: one document with every node record (before issue 43)
@@ -96,17 +104,28 @@ def load_stored(documents: Documents, name: str = "state.json") -> tuple[Control
         shard = shard_number(document)
         if shard is None:
             continue
-        records = _parse_records(shard_text, f"node records {documents.describe(f'{FOLDER}/{document}')}")
+        records = parse_records(shard_text, f"node records {documents.describe(f'{FOLDER}/{document}')}")
         stored.shards[shard] = {n: record_text(r) for n, r in records.items()}
         state.nodes.update({n: r for n, r in records.items() if n not in journaled})
     return state, stored
+
+
+def whole_documents(state: ControllerState, documents: Documents) -> list[tuple[str, str]]:
+    """The documents that store `state` whole (a restore): every shard of its node records, a shard stored now that
+    holds none of them emptied, and the core (with an empty journal) last."""
+    shards: dict[int, dict[str, str]] = {}
+    for name, rec in state.nodes.items():
+        shards.setdefault(shard_of(name), {})[name] = record_text(rec)
+    existing = {n for d in _shard_texts(documents) if (n := shard_number(d)) is not None}
+    out = [(shard_document(n), records_json(shards.get(n, {}))) for n in sorted(existing | set(shards))]
+    return [*out, ("state.json", core_text(state, "{}"))]
 
 
 def _shard_texts(documents: Documents) -> dict[str, str]:
     return documents.folder(FOLDER)
 
 
-def _parse_records(text: str, where: str) -> dict[str, NodeRecord]:
+def parse_records(text: str, where: str) -> dict[str, NodeRecord]:
     try:
         data = json.loads(text)
     except (ValueError, RecursionError) as exc:

@@ -25,7 +25,7 @@ from ha_ops.remediation.lease import LeaderLease, LeaseLost
 from ha_ops.remediation.model import ControllerState, Intent
 from ha_ops.remediation.node_records import NodeWriter, Stored
 from ha_ops.remediation.snapshots import SnapshotRing
-from ha_ops.remediation.store import StateStore, core_text, state_text
+from ha_ops.remediation.store import StateStore, core_text
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +42,6 @@ class Snapshot(NamedTuple):
     intents_below: int
     compact: dict[str, str] | None = None
     preload: dict[str, str] | None = None  # records stored nowhere yet: into their shards before this core
-    whole: str | None = None  # the whole state (every record), when a snapshot of it is due (snapshots.py)
 
 
 def intent_number(intent: Intent) -> int:
@@ -162,9 +161,8 @@ class Term:
             self._durable_below = max(self._durable_below, self.state.next_intent)
             return None
         self._snapshots += 1
-        whole = state_text(self.state) if self.snapshots.due() else None  # (O(fleet): every `every_s` at most)
         return Snapshot(self._snapshots, snapshot, self.token, self._decisions, self.state.next_intent, compact,
-                        preload, whole)  # fmt: skip
+                        preload)  # fmt: skip
 
     def _write(self, snap: Snapshot | None) -> None:
         """Write the audit entries chained so far, then the snapshot unless a later one was written meanwhile
@@ -181,8 +179,8 @@ class Term:
                 self._written, self._saved = snap.seq, snap.text
                 self._committed = max(self._committed, snap.decisions)
                 self._durable_below = max(self._durable_below, snap.intents_below)
-                if snap.whole is not None:
-                    self.snapshots.after_write(snap.whole, snap.token, self.who(snap.token))
+                # When one is due: the core as written, and the shards as stored (both only change under this lock).
+                self.snapshots.after_write(snap.text, snap.token, self.who(snap.token), self.nodes.stored_shards)
                 if snap.compact is None:
                     return
                 snap = self._compact(snap)

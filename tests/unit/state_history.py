@@ -11,7 +11,9 @@ from pathlib import Path
 from ha_ops.remediation.app import open_controller
 from ha_ops.remediation.config import StateSnapshots
 from ha_ops.remediation.documents import DirectoryDocuments
+from ha_ops.remediation.restore import snapshot_state
 from ha_ops.remediation.snapshots import FOLDER, Snapshot, read_all
+from ha_ops.remediation.store import load_state
 from tests.unit.test_remediation_controller import Clock, Rig, report
 
 KEY = b"0123456789abcdef0123456789abcdef"
@@ -90,3 +92,10 @@ def altered(snap: Snapshot, **changes: object) -> tuple[dict, dict]:
             header[key] = value
         state[key] = value
     return header, state
+
+
+def restored(h: History, snap: Snapshot | None = None) -> bool:
+    """Whether the state stored now is the snapshot's (`h.at_head` by default), record for record: its core and the
+    node records stored beside it (node_records.py)."""
+    snap = snap or h.at_head
+    return load_state(h.docs) == snapshot_state(snap, snap.slot, None, h.docs)

@@ -13,7 +13,7 @@ import yaml
 from ha_ops.remediation import restore
 from ha_ops.remediation.lease import Lease
 from tests.unit.cli_helpers import run_main
-from tests.unit.state_history import GARBAGE, History, history
+from tests.unit.state_history import GARBAGE, History, history, restored
 
 Capture = pytest.CaptureFixture[str]
 
@@ -44,7 +44,7 @@ def test_restore_puts_back_the_snapshot_at_the_head(h: History, monkeypatch: pyt
     said = capsys.readouterr().out
     assert f"restored {h.dir / 'state.json'} from snapshot {h.at_head.id}, at audit seq {h.head_seq}" in said
     assert "it is kept as " + str(h.dir / "state.json.damaged-") in said
-    assert (h.dir / "state.json").read_text() == h.at_head.text
+    assert restored(h)
 
 
 def test_a_dry_run_says_what_it_would_do_and_changes_nothing(h: History, monkeypatch: pytest.MonkeyPatch,

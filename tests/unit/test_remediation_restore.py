@@ -18,7 +18,17 @@ from ha_ops.remediation.replay import replay
 from ha_ops.remediation.restore import Chain, RestoreRefused, apply, plan, read_chain
 from ha_ops.remediation.snapshots import SnapshotError
 from ha_ops.remediation.store import parse_state, read_state
-from tests.unit.state_history import GARBAGE, KEY, History, altered, history, keyed_rig, node_phases, write_snapshot
+from tests.unit.state_history import (
+    GARBAGE,
+    KEY,
+    History,
+    altered,
+    history,
+    keyed_rig,
+    node_phases,
+    restored,
+    write_snapshot,
+)
 
 NODES = {"n1", "n2", "n3", "n4", "s1"}
 
@@ -41,14 +51,14 @@ def test_the_newest_snapshot_at_the_head_is_restored_the_damage_kept_and_a_stand
     assert (the_plan.how, the_plan.source, the_plan.head.seq) == ("snapshot", h.at_head.id, h.head_seq)
     assert the_plan.current.startswith("damaged: controller state ") and "unreadable" in the_plan.current
     done = apply(the_plan, h.docs, restore_lease(h), KEY, h.rig.clock)
-    assert (h.dir / "state.json").read_text() == h.at_head.text  # byte for byte as the leader wrote it
+    assert restored(h)  # record for record as the leader wrote it
     kept = [p for p in h.dir.iterdir() if p.name.startswith("state.json.damaged-")]
     assert [p.read_text() for p in kept] == [GARBAGE] and done["kept"] == str(kept[0])
     entry = json.loads((h.dir / "audit.jsonl").read_text().splitlines()[-1])
     assert entry["what"] == "state_restore" and entry["who"].startswith("restore@test (token ")
     assert entry["seq"] == h.head_seq + 1 and f"snapshot {h.at_head.id}, at audit seq {h.head_seq}" in entry["after"]
-    restored = read_state(h.dir / "state.json")
-    assert verify(h.dir / "audit.jsonl", AuditHead(restored.audit_seq, restored.audit_hash), KEY) == []
+    state = read_state(h.dir / "state.json")
+    assert verify(h.dir / "audit.jsonl", AuditHead(state.audit_seq, state.audit_hash), KEY) == []
     standby = keyed_rig(h.dir.parent, "ctl2", h.rig.clock)
     standby.c.lease_step()
     assert standby.c.is_leader
@@ -152,7 +162,7 @@ def test_an_intact_state_at_the_head_is_not_replaced_and_a_missing_one_is_restor
     the_plan = plan(h.docs, chain(h))
     assert the_plan.current == "missing"
     assert apply(the_plan, h.docs, restore_lease(h), KEY, h.rig.clock)["kept"] is None
-    assert (h.dir / "state.json").read_text() == h.at_head.text
+    assert restored(h)
 
 
 def test_without_a_snapshot_at_the_head_the_rebuild_replays_the_log_and_runs_nothing_again(tmp_path: Path) -> None:

@@ -5,7 +5,6 @@ ConfigMaps."""
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 
@@ -19,8 +18,9 @@ from ha_ops.remediation.documents import DirectoryDocuments
 from ha_ops.remediation.k8s_documents import ConfigMapDocuments
 from ha_ops.remediation.lease import Lease, LeaseLost
 from ha_ops.remediation.model import ControllerState
-from ha_ops.remediation.snapshots import SnapshotRing, read_all, slot_name
-from ha_ops.remediation.store import StateError, load_state, parse_state
+from ha_ops.remediation.restore import snapshot_state
+from ha_ops.remediation.snapshots import Snapshot, SnapshotRing, read_all, slot_name
+from ha_ops.remediation.store import StateError, load_state
 from tests.unit.state_history import history, keyed_rig
 from tests.unit.test_remediation_controller import Clock, Rig, report
 from tests.unit.test_remediation_documents import ApiServer
@@ -83,9 +83,9 @@ def test_what_blocks_a_takeover() -> None:
     assert tracker.current(21.0) is not None and tracker.current(21.5) is None
 
 
-def as_loaded(text: str) -> ControllerState:
-    """A snapshot's state as a new leader would load it: every node record is in it (node_records.py)."""
-    return parse_state(json.loads(text), "snapshot")
+def as_loaded(snap: Snapshot, docs: DirectoryDocuments) -> ControllerState:
+    """A snapshot's state as a restore would write it: its core and its copies of the node records."""
+    return snapshot_state(snap, snap.slot, None, docs)
 
 
 def written_report(seq: int) -> AgentReport:
@@ -100,7 +100,7 @@ def test_a_term_begins_with_a_snapshot_of_what_it_wrote_and_takes_one_at_most_ev
     rig.c.lease_step()
     docs = DirectoryDocuments(rig.dir)
     [first] = read_all(docs)[0]
-    assert first.slot == slot_name(0) and as_loaded(first.text) == load_state(docs)  # the whole state as written
+    assert first.slot == slot_name(0) and as_loaded(first, docs) == load_state(docs)  # the whole state as written
     assert (first.audit_seq, first.by) == (0, "ctl1 (token 1)") and first.id.startswith("0000000000-19700101T0123")
     for seq in range(1, 30):  # commits every 2 s: one snapshot a minute, not one per commit
         rig.clock.now += 2.0
@@ -112,7 +112,7 @@ def test_a_term_begins_with_a_snapshot_of_what_it_wrote_and_takes_one_at_most_ev
     rig.c.lease_step()
     rig.c.handle_report(written_report(30))
     assert [s.slot for s in read_all(docs)[0]] == [slot_name(0), slot_name(1)]
-    assert as_loaded(read_all(docs)[0][-1].text) == load_state(docs)
+    assert as_loaded(read_all(docs)[0][-1], docs) == load_state(docs)
 
 
 def test_the_ring_keeps_the_newest_few_and_a_new_term_goes_on_after_the_newest(tmp_path: Path) -> None:
