@@ -18,13 +18,14 @@ LAB_NAME = "itest"
 # Modules that bring their own lab (or none) first, then those sharing the session's lab, in their usual order: the
 # session lab then stays up only while it is used, instead of idling under the full lab's timed game day. Molecule's
 # scenarios run in the background of the modules from MOLECULE_FROM on (below); its module, last, waits for them. A
-# module not listed runs just before it. test_gameday comes after the short session-lab modules: its partitions game
-# day waits for Molecule to end (molecule_done), and by then less is left to wait for (152 s right after test_chaos).
+# module not listed runs just before it. test_gameday comes after the short session-lab modules and test_rollout:
+# its partitions game day waits for Molecule to end (molecule_done), and by then little is left to wait for (152 s
+# right after test_chaos, 58 s after test_fleet). test_rollout has no timed assertion to mind Molecule beside it.
 MODULE_ORDER = [
     "test_containers", "test_lab_teardown", "test_pulumi", "test_infra_lab", "test_full_lab",
     "test_storage", "test_kubernetes",
-    "test_agent", "test_chaos", "test_lab", "test_remediation", "test_checkpoint_jobs", "test_fleet", "test_gameday",
-    "test_partitions", "test_rollout", "test_runbooks",
+    "test_agent", "test_chaos", "test_lab", "test_remediation", "test_checkpoint_jobs", "test_fleet", "test_rollout",
+    "test_gameday", "test_partitions", "test_runbooks",
 ]  # fmt: skip
 LAST = "test_molecule"
 MOLECULE_FROM = "test_kubernetes"
