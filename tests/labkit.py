@@ -203,7 +203,7 @@ def reset_remediation(lab: Lab) -> None:
         if slurm.node(node.name).drained:
             slurm.resume(node.name)
     on_controller_storage(lab, 'cd "$1" && rm -rf state.json state.json.damaged-* lease.json lease.token terms '
-                               "audit.jsonl views snapshots")  # fmt: skip
+                               "audit.jsonl views snapshots snapshot-records nodes")  # fmt: skip
     from ha_ops.lab import audit_sink
 
     if audit_sink.enabled(lab.ctx):  # the sink's copy and what each controller shipped: a new history there too

@@ -9,12 +9,12 @@ to load: a takeover that cannot load the state writes nothing), when its term be
 
 A snapshot is a header line (JSON: its id, the audit head the state records, when and by whom it was taken, and the
 shards of node records it holds) and the state's core, byte for byte as it was written (node_records.py); beside it,
-in `snapshot-records/slot-NN/`, a copy of each shard of node records as stored at that moment, each headed by the snapshot's
-id: a copy whose id differs is from an older snapshot of the same slot (one torn by a crash), and the snapshot is
-damaged. Every document stays the size of a shard: 25,000 nodes never make one over 256 KiB. (Format 1, before issue
-43: the whole state in the slot's one document.) Its id, `<audit seq, 10 digits>-<UTC time>`, sorts by the audit seq
-and then the time (the controllers' clocks may differ; the seq only grows), and is what `state list` shows and
-`state restore --from` takes.
+in `snapshot-records/slot-NN/`, a copy of each shard of node records as stored at that moment, each headed by the
+snapshot's id: a copy whose id differs is from an older snapshot of the same slot (one torn by a crash), and the
+snapshot is damaged. Every document stays the size of a shard: 25,000 nodes never make one over 256 KiB. (Format 1,
+before issue 43: the whole state in the slot's one document.) Its id, `<audit seq, 10 digits>-<UTC time>`, sorts by
+the audit seq and then the time (the controllers' clocks may differ; the seq only grows), and is what `state list`
+shows and `state restore --from` takes.
 """
 
 from __future__ import annotations
