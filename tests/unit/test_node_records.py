@@ -204,3 +204,58 @@ def test_a_heartbeat_changes_the_freshness_in_memory_only() -> None:
     assert durable_key(rec) == key
     rec.last_report = LastReport(state="unhealthy", action="reset_gpu", reason="XID 79", seq=3, agent_id="b", at=9.0)
     assert durable_key(rec) != key
+
+
+def configmap_controller(tmp_path: Path, api: Any, me: str, clock: Any, names: tuple[str, ...]) -> Any:
+    """A controller whose documents are ConfigMaps (the Kubernetes layer's), on the fake API server."""
+    from ha_ops.remediation.app import Controller
+    from ha_ops.remediation.audit import AuditLog
+    from ha_ops.remediation.k8s_documents import ConfigMapDocuments
+    from ha_ops.remediation.lease import Lease
+    from ha_ops.remediation.snapshots import SnapshotRing
+    from ha_ops.remediation.store import StateStore
+    from ha_ops.remediation.wiring import Parts
+    from tests.unit.test_remediation_controller import StubExecutor, make_config
+
+    config = make_config(tmp_path / "shared", me, nodes=names, spares=("s1",))
+    docs = ConfigMapDocuments(api, "ha-ops", "hao")
+    lease = Lease(tmp_path, me, 3.0, 0.5, clock)
+    parts = Parts(lease=lease, leader_label=None, documents=docs, store=StateStore(docs, lease),
+                  snapshots=SnapshotRing(docs, StateSnapshots(keep=2, every_s=1.0), lease, clock), certificates=None,
+                  shipper=None, audit=AuditLog(docs))  # fmt: skip
+    return Controller(config, StubExecutor(), parts, clock)  # type: ignore[arg-type]
+
+
+def test_on_configmaps_no_object_is_over_256_kib_and_a_successor_loads_every_record(tmp_path: Path) -> None:
+    from tests.unit.test_remediation_controller import Clock
+    from tests.unit.test_remediation_documents import ApiServer
+
+    api, clock, names = ApiServer(), Clock(), fleet(3_000)
+    first = configmap_controller(tmp_path, api, "ctl1", clock, names)
+    first.lease_step()
+    assert first.is_leader
+    for start in range(0, len(names), 200):
+        with first.term.lock:
+            for name in names[start : start + 200]:
+                first.state.nodes[name].last_report = LastReport(state="healthy", action="none", reason="", seq=1,
+                                                                 agent_id="a", at=100.0)  # fmt: skip
+        first.term.persist()
+    sizes = {name: len(((obj.data or {}).get("text") or "").encode()) for name, obj in api.objects.items()}
+    assert max(sizes.values()) <= LIMIT, max(sizes.items(), key=lambda kv: kv[1])
+    assert sum(1 for name in sizes if ".shard-" in name and "snapshot" not in name) == SHARDS
+    writes = len([c for c in api.calls if c.startswith(("create", "replace"))])
+    for start in range(0, len(names), 200):  # a heartbeat from every node: no object written
+        with first.term.lock:
+            for name in names[start : start + 200]:
+                first.state.nodes[name].last_report = LastReport(state="healthy", action="none", reason="", seq=2,
+                                                                 agent_id="a", at=110.0)  # fmt: skip
+        first.term.persist()
+    assert len([c for c in api.calls if c.startswith(("create", "replace"))]) == writes
+    first.lease.release()
+    clock.now += 5.0
+    successor = configmap_controller(tmp_path, api, "ctl2", clock, names)
+    successor.lease_step()
+    assert successor.is_leader
+    assert {n: durable_key(r) for n, r in successor.state.nodes.items()} == {
+        n: durable_key(r) for n, r in first.state.nodes.items()
+    }
