@@ -70,18 +70,17 @@ class Controller:
         self.leadership.on_term = self._work.set
         self.blocked = self.leadership.blocked
         scheduler = executor.scheduler
-        self.reconciler = Reconciler(config, self.term, self.leadership, scheduler, clock)
-        self.fencing = SlurmFencing(config, self.term, self.leadership, self._ping(scheduler), executor,
-                                    clock)  # fmt: skip
-        self.inputs = Inputs(config, self.term, self.leadership, scheduler, lambda: self.fencing.slurm_controllers,
-                             lambda: self.reconciler.jobs_seen, clock)  # fmt: skip
+        shared = (config, self.term, self.leadership, clock)  # (runnable.py: what every runnable is given)
+        self.reconciler = Reconciler(*shared, scheduler)
+        self.fencing = SlurmFencing(*shared, self._ping(scheduler), executor)
+        self.inputs = Inputs(*shared, scheduler, lambda: self.fencing.slurm_controllers,
+                             lambda: self.reconciler.jobs_seen)  # fmt: skip
         self.actions = ActionPipeline(self.term, config, executor, self._stop, clock,
                                       lambda: self.reconciler.scheduler_read)  # fmt: skip
         self.tiers = TierPublisher(config, self.term, scheduler, clock)
-        self.node_states = NodeStates(config, self.term, self.leadership, self.reconciler, scheduler, self._work.set,
-                                      clock)  # fmt: skip
+        self.node_states = NodeStates(*shared, self.reconciler, scheduler, self._work.set)
         watch = config.monitoring
-        self.monitoring = MonitoringWatcher(config, watch, self.term, self.leadership, clock) if watch else None
+        self.monitoring = MonitoringWatcher(*shared, watch) if watch else None
         self.registry = CollectorRegistry()
         self.registry.register(ControllerMetrics(self))
 

@@ -9,17 +9,15 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterable
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
 from ha_ops.errors import TransportError
 from ha_ops.remediation import fence_heal
-from ha_ops.remediation.config import ControllerConfig
 from ha_ops.remediation.executor import Executor, NodeOps
 from ha_ops.remediation.fence_heal import Entry, FenceRecord
-from ha_ops.remediation.leadership import Leadership
 from ha_ops.remediation.lease import LeaseLost
+from ha_ops.remediation.runnable import Runnable
 from ha_ops.remediation.slurm_fence import FenceWatch, fence_primary, last_line
-from ha_ops.remediation.term import Term
 from ha_ops.util.proc import CommandResult
 
 log = logging.getLogger(__name__)
@@ -27,25 +25,15 @@ log = logging.getLogger(__name__)
 HOWS = {"bmc": "powered off through its BMC", "down": "found with no slurmctld running"}
 
 
-class SlurmFencing:
-    def __init__(
-        self,
-        config: ControllerConfig,
-        term: Term,
-        leadership: Leadership,
-        controllers: Callable[[], list[tuple[str, str]]],
-        executor: Executor,
-        clock: Callable[[], float],
-    ) -> None:
-        self.config = config
-        self.term = term
-        self.leadership = leadership
-        self.controllers = controllers  # `scontrol ping`: [(host, "UP" | "DOWN")], primary first
-        self.executor = executor  # (its node_ops: the commands run on the hosts and here)
-        self.clock = clock
-        self.watch = FenceWatch(config.slurm_fence.after_s)
-        # The last `scontrol ping` read, [(host, "UP" | "DOWN")], exported as ha_ops_slurm_controller_up
-        self.slurm_controllers: list[tuple[str, str]] = []
+@dataclass(eq=False)
+class SlurmFencing(Runnable):
+    controllers: Callable[[], list[tuple[str, str]]]  # `scontrol ping`: [(host, "UP" | "DOWN")], primary first
+    executor: Executor  # (its node_ops: the commands run on the hosts and here)
+    # The last `scontrol ping` read, [(host, "UP" | "DOWN")], exported as ha_ops_slurm_controller_up
+    slurm_controllers: list[tuple[str, str]] = field(default_factory=list, init=False)
+
+    def __post_init__(self) -> None:
+        self.watch = FenceWatch(self.config.slurm_fence.after_s)
 
     @property
     def node_ops(self) -> NodeOps:

@@ -8,14 +8,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from contextlib import suppress
+from dataclasses import dataclass
 from typing import Any
 
 from ha_ops.health.report import AgentReport
 from ha_ops.remediation import fence_heal, policy
-from ha_ops.remediation.config import ControllerConfig
-from ha_ops.remediation.leadership import Leadership
 from ha_ops.remediation.lease import LeaseLost
 from ha_ops.remediation.model import ControllerState, Maintenance
+from ha_ops.remediation.runnable import Runnable
 from ha_ops.remediation.term import Term
 from ha_ops.schedulers.base import Scheduler, SchedulerJob
 
@@ -31,24 +31,11 @@ def audit_maintenance(term: Term, token: int, node: str, what: str, why: str, be
     term.audit(token, what, node, why, text(before), text(after))
 
 
-class Inputs:
-    def __init__(
-        self,
-        config: ControllerConfig,
-        term: Term,
-        leadership: Leadership,
-        scheduler: Scheduler,
-        slurm_controllers: Callable[[], list[tuple[str, str]]],
-        jobs_seen: Callable[[], dict[str, tuple[str, ...]]],
-        clock: Callable[[], float],
-    ) -> None:
-        self.config = config
-        self.term = term
-        self.leadership = leadership
-        self.scheduler = scheduler
-        self.slurm_controllers = slurm_controllers  # (the Slurm fence's last `scontrol ping`)
-        self.jobs_seen = jobs_seen  # node -> its jobs at the decision loop's last read
-        self.clock = clock
+@dataclass(eq=False)
+class Inputs(Runnable):
+    scheduler: Scheduler
+    slurm_controllers: Callable[[], list[tuple[str, str]]]  # (the Slurm fence's last `scontrol ping`)
+    jobs_seen: Callable[[], dict[str, tuple[str, ...]]]  # node -> its jobs at the decision loop's last read
 
     def report(self, report: AgentReport) -> dict[str, Any]:
         now = self.clock()

@@ -8,14 +8,12 @@ own, so that a repair waiting minutes for a boot never delays a tick.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from ha_ops.remediation import policy
-from ha_ops.remediation.config import ControllerConfig
 from ha_ops.remediation.inputs import audit_maintenance
-from ha_ops.remediation.leadership import Leadership
 from ha_ops.remediation.model import NodePhase
-from ha_ops.remediation.term import Term
+from ha_ops.remediation.runnable import Runnable
 from ha_ops.remediation.view import last_heard
 from ha_ops.schedulers.base import Scheduler
 
@@ -24,28 +22,17 @@ log = logging.getLogger(__name__)
 ACTIVE_JOBS = ("RUNNING", "CONFIGURING", "COMPLETING")
 
 
-class Reconciler:
-    def __init__(
-        self,
-        config: ControllerConfig,
-        term: Term,
-        leadership: Leadership,
-        scheduler: Scheduler,
-        clock: Callable[[], float],
-    ) -> None:
-        self.config = config
-        self.term = term
-        self.leadership = leadership
-        self.scheduler = scheduler
-        self.clock = clock
-        # From the node-state poller (watchers.py), consumed by the next tick: {node: (state, reason)} and when that
-        # poll began
-        self.fresh_states: dict[str, tuple[str, str]] = {}
-        self.polled_at = 0.0
-        self.jobs_seen: dict[str, tuple[str, ...]] = {}  # node -> its jobs at the last read (NodeView.jobs_before)
-        # Whether the last tick read the scheduler: while it cannot, no new action starts (actions.py), as the
-        # decisions behind them cannot be checked against what runs.
-        self.scheduler_read = True
+@dataclass(eq=False)
+class Reconciler(Runnable):
+    scheduler: Scheduler
+    # From the node-state poller (watchers.py), consumed by the next tick: {node: (state, reason)} and when that poll
+    # began
+    fresh_states: dict[str, tuple[str, str]] = field(default_factory=dict, init=False)
+    polled_at: float = field(default=0.0, init=False)
+    jobs_seen: dict[str, tuple[str, ...]] = field(default_factory=dict, init=False)  # (NodeView.jobs_before)
+    # Whether the last tick read the scheduler: while it cannot, no new action starts (actions.py), as the decisions
+    # behind them cannot be checked against what runs.
+    scheduler_read: bool = field(default=True, init=False)
 
     def states_polled(self, states: dict[str, tuple[str, str]], began: float) -> None:
         """Under the lock: a poll of the scheduler's node states, for the next tick (each poll acted on once)."""

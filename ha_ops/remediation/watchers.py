@@ -6,37 +6,24 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from ha_ops.remediation import monitoring_watch
-from ha_ops.remediation.config import ControllerConfig, MonitoringWatch
-from ha_ops.remediation.leadership import Leadership
+from ha_ops.remediation.config import MonitoringWatch
 from ha_ops.remediation.reconcile import Reconciler
-from ha_ops.remediation.term import Term
+from ha_ops.remediation.runnable import Runnable
 from ha_ops.schedulers.base import Scheduler
 
 log = logging.getLogger(__name__)
 
 
-class NodeStates:
+@dataclass(eq=False)
+class NodeStates(Runnable):
     """Slurm's (or Kubernetes') node states, read apart from the tick, for the next tick."""
 
-    def __init__(
-        self,
-        config: ControllerConfig,
-        term: Term,
-        leadership: Leadership,
-        reconciler: Reconciler,
-        scheduler: Scheduler,
-        on_poll: Callable[[], None],
-        clock: Callable[[], float],
-    ) -> None:
-        self.config = config
-        self.term = term
-        self.leadership = leadership
-        self.reconciler = reconciler
-        self.scheduler = scheduler
-        self.on_poll = on_poll  # the decision loop ticks at once
-        self.clock = clock
+    reconciler: Reconciler
+    scheduler: Scheduler
+    on_poll: Callable[[], None]  # the decision loop ticks at once
 
     def run(self, stop: threading.Event) -> None:
         while not stop.wait(self.config.node_poll_s):
@@ -54,22 +41,17 @@ class NodeStates:
             self.on_poll()
 
 
-class MonitoringWatcher:
+@dataclass(eq=False)
+class MonitoringWatcher(Runnable):
     """A dead man's switch for the monitoring: while Prometheus does not answer, the leader records it (state,
     metric, status) and raises HaOpsPrometheusDown on Alertmanager, which Prometheus can no longer do."""
 
-    def __init__(
-        self, config: ControllerConfig, watch: MonitoringWatch, term: Term, leadership: Leadership,
-        clock: Callable[[], float],
-    ) -> None:  # fmt: skip
-        self.config = config
-        self.watch = watch
-        self.term = term
-        self.leadership = leadership
-        self.clock = clock
+    watch: MonitoringWatch
+    fails: int = field(default=0, init=False)
+
+    def __post_init__(self) -> None:
         # Built here, so that a certificate that does not load stops the controller at start, naming the files.
-        self.via = monitoring_watch.session(watch)
-        self.fails = 0
+        self.via = monitoring_watch.session(self.watch)
 
     def run(self, stop: threading.Event) -> None:
         watch, via, term = self.watch, self.via, self.term
