@@ -65,7 +65,8 @@ class ActionPipeline:
         while not self.stop.is_set():
             arrived = self.term.arrivals()  # (before the pending are read: an intent made meanwhile wakes it)
             try:
-                self.run_pending()
+                if self.may_start():  # (as a tick that cannot read the scheduler ran no action)
+                    self.run_pending()
             except LeaseLost as exc:
                 log.warning("stopped acting: %s", exc)
             except Exception:
@@ -100,7 +101,7 @@ class ActionPipeline:
                         if i.node not in blocked and i.not_before <= now:
                             ready.append(i)
                         blocked.add(i.node)
-                    ready = self.within_limits(ready, list(running.values())) if self.may_start() else []
+                    ready = self.within_limits(ready, list(running.values()))
                     new = any(not term.durable(i) for i in ready)
                 if new or (unwritten and not running):
                     term.persist()  # the new intents (durable before they start), the results so far
@@ -108,6 +109,9 @@ class ActionPipeline:
                 elif unwritten and time.monotonic() >= flush_at:
                     term.flush_in_background()  # (the results of actions that look before they act: no hurry)
                     unwritten, flush_at = False, time.monotonic() + FLUSH_S
+                with term.lock:  # (in the state: the policy's timeouts wait for an action under way)
+                    for intent in ready:
+                        intent.running = token
                 for intent in ready:
                     running[self._start(intent, token)] = intent
                 if not running:
@@ -117,9 +121,16 @@ class ActionPipeline:
                 done, _ = wait([*running, arrived], timeout=timeout, return_when=FIRST_COMPLETED)
                 finished = [future for future in running if future in done]
                 for future in finished:
-                    del running[future]  # (first: a result that raises leaves the others to the grace below)
-                results = [future.result() for future in finished]
+                    del running[future]
+                results, raised = [], None
+                for future in finished:  # (each on its own: one that raised loses none of the others)
+                    try:
+                        results.append(future.result())
+                    except BaseException as exc:
+                        raised = raised or exc
                 self.record(results)
+                if raised is not None:
+                    raise raised
                 unwritten = unwritten or bool(results)
                 if any(r.intent.kind not in IDEMPOTENT for r in results):
                     term.persist()
@@ -130,7 +141,7 @@ class ActionPipeline:
             if running:
                 done, _ = wait(running, timeout=STOP_GRACE_S)
                 with suppress(Exception):
-                    self.record([f.result() for f in done])
+                    self.record([f.result() for f in done if f.exception() is None])
 
     def _start(self, intent: Intent, token: int) -> Future[ActionResult]:
         """An action in a thread of its own (a daemon: a stopping controller does not wait for a node to boot)."""
@@ -197,6 +208,7 @@ class ActionPipeline:
                 stored = next((i for i in term.state.intents if i.id == intent.id), None)
                 if stored is None:
                     continue
+                stored.running = 0
                 stored.attempts += 1
                 if done.status == "failed" and intent.kind in RETRIED and stored.attempts < 5:
                     stored.not_before = self.clock() + min(30.0, 0.5 * 2**stored.attempts)

@@ -26,7 +26,7 @@ from prometheus_client import CollectorRegistry
 
 from ha_ops.health.report import AgentReport
 from ha_ops.remediation import safety
-from ha_ops.remediation.actions import ActionPipeline
+from ha_ops.remediation.actions import STOP_GRACE_S, ActionPipeline
 from ha_ops.remediation.config import ControllerConfig
 from ha_ops.remediation.executor import Executor
 from ha_ops.remediation.fencing import SlurmFencing
@@ -67,7 +67,7 @@ class Controller:
         self.term.on_intents = self._work.set
         self.leadership = Leadership(config, self.term, self.lease, self.documents, self.audit, parts.leader_label,
                                      clock)  # fmt: skip
-        self.leadership.on_term = self._work.set
+        self.leadership.on_term = self._term_began
         self.blocked = self.leadership.blocked
         scheduler = executor.scheduler
         shared = (config, self.term, self.leadership, clock)  # (runnable.py: what every runnable is given)
@@ -83,6 +83,12 @@ class Controller:
         self.monitoring = MonitoringWatcher(*shared, watch) if watch else None
         self.registry = CollectorRegistry()
         self.registry.register(ControllerMetrics(self))
+
+    def _term_began(self) -> None:
+        """A new term: no action starts before its first tick has read the scheduler (the predecessor's pending
+        intents included), and that tick comes at once."""
+        self.reconciler.scheduler_read = False
+        self._work.set()
 
     def _ping(self, scheduler: Scheduler) -> Callable[[], list[tuple[str, str]]]:
         def ping() -> list[tuple[str, str]]:
@@ -189,7 +195,7 @@ class Controller:
             threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
         self._runnable("lease", self.leadership.run)
         self._runnable("node-states", self.node_states.run)
-        self._runnable("actions", lambda _stop: self.actions.run())
+        actions = self._runnable("actions", lambda _stop: self.actions.run())
         if self.shipper is not None:
             self.shipper.start()
         if self.config.slurm_fence.enabled and self.config.scheduler == "slurm":  # (Slurm's controllers only)
@@ -201,8 +207,12 @@ class Controller:
         try:
             self._decision_loop()
         finally:
+            # The actions under way end (or their grace runs out) before the lease is released: a successor must not
+            # start the same reset or reboot while this process still carries it out.
+            actions.join(STOP_GRACE_S + 5.0)
             for server in servers:
                 server.shutdown()
+                server.server_close()
             if self.shipper is not None:
                 self.shipper.stop()
             if self.is_leader:
@@ -210,8 +220,10 @@ class Controller:
             if self.leadership.leader_label is not None:
                 self.leadership.leader_label.mark(False)
 
-    def _runnable(self, name: str, run: Callable[[threading.Event], object]) -> None:
-        threading.Thread(target=run, args=(self._stop,), name=name, daemon=True).start()
+    def _runnable(self, name: str, run: Callable[[threading.Event], object]) -> threading.Thread:
+        thread = threading.Thread(target=run, args=(self._stop,), name=name, daemon=True)
+        thread.start()
+        return thread
 
     def _decision_loop(self) -> None:
         """A tick every tick_s, or at once when a report, a poll or a new term wakes it; never waiting for an action
@@ -220,8 +232,8 @@ class Controller:
             self._work.wait(self.config.tick_s)
             self._work.clear()
             try:
-                self.reconciler.tick()
-                self.tiers.in_background()
+                if self.reconciler.tick():
+                    self.tiers.in_background()
             except LeaseLost as exc:
                 log.warning("stopped acting: %s", exc)
             except Exception:

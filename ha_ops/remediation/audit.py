@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import threading
 from collections.abc import Hashable
 from dataclasses import dataclass
 from pathlib import Path
@@ -95,6 +96,9 @@ class AuditLog:
         self._sole_writer = False
         self._prepared_head: AuditHead | None = None  # the head after the batches prepared and not yet written
         self._prepared_intents: set[str] = set()
+        # The leader prepares under its state lock and writes outside it, from more than one thread: the in-memory
+        # head and intent sets change only under this guard (no I/O is done under it).
+        self._guard = threading.Lock()
 
     @classmethod
     def at(cls, path: Path, key: bytes | None = None, sink: Sink | None = None) -> AuditLog:
@@ -150,8 +154,9 @@ class AuditLog:
         return self._head
 
     def intents_as_written(self) -> set[str]:
-        """intents(), under the same condition as head_as_written(), and those of the batches prepared."""
-        return self._intents | self._prepared_intents if self._prepared_intents else self._intents
+        """intents(), under the same condition as head_as_written(), and those of the batches prepared (a copy)."""
+        with self._guard:
+            return self._intents | self._prepared_intents
 
     def append(
         self,
@@ -182,10 +187,11 @@ class AuditLog:
         `write_prepared` in the order prepared: the controller chains under its state lock (the state records the
         new head) and writes outside it, before the state that records them."""
         assert self._sole_writer, "prepare() is for the lease holder, after resume()"
-        batch = self._chain(entries, self._prepared_head or self._head)
-        if batch is not None:
-            self._prepared_head = batch.head
-            self._prepared_intents.update(batch.intents)
+        with self._guard:
+            batch = self._chain(entries, self._prepared_head or self._head)
+            if batch is not None:
+                self._prepared_head = batch.head
+                self._prepared_intents.update(batch.intents)
         return batch
 
     def prepared_head(self) -> AuditHead:
@@ -194,8 +200,9 @@ class AuditLog:
 
     def write_prepared(self, batch: Prepared) -> None:
         self._write(batch)
-        if self._prepared_head == batch.head:
-            self._prepared_head = None  # (all written)
+        with self._guard:  # (a batch prepared meanwhile keeps its head)
+            if self._prepared_head == batch.head:
+                self._prepared_head = None  # (all written)
 
     def _chain(self, entries: list[dict[str, Any]], head: AuditHead) -> Prepared | None:
         lines, intents, chained = [], [], []
@@ -213,8 +220,9 @@ class AuditLog:
 
     def _write(self, batch: Prepared) -> None:
         self.documents.append(self.name, batch.text)
-        self._head = batch.head
-        self._intents.update(batch.intents)
+        with self._guard:
+            self._head = batch.head
+            self._intents.update(batch.intents)
         # (the sole writer knows what it wrote; anyone else notes the version, to see a later change underneath)
         self._seen = None if self._sole_writer else self.documents.version(self.name)
         if self.sink is not None:

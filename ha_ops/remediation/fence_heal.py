@@ -35,7 +35,7 @@ from typing import Literal, NamedTuple
 
 from pydantic import BaseModel
 
-from ha_ops.remediation.config import SlurmFence
+from ha_ops.remediation.fence_config import SlurmFence
 from ha_ops.util.command_template import fill
 
 BACKUP_GRACE_S = 10.0  # the backup silent this long after the primary answers again: restarted (hand-back fault)

@@ -106,9 +106,8 @@ class SlurmFencing(Runnable):
                 return
             if record is not None:
                 term.state.fences[record.host] = record
-            at = self.clock()
             for e in entries:
-                term.audit(token, e.what, e.node, e.why, e.before, e.after, at=at)
+                term.audit(token, e.what, e.node, e.why, e.before, e.after)
             term.save()
 
     # --- the heal -----------------------------------------------------------------------------------------------

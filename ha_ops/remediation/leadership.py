@@ -136,7 +136,7 @@ class Leadership:
                 return
             try:
                 self.lease.check(token)
-                term.audit(token, "lease_step_down", None, why, "leader", f"released the lease for {better.id}")
+                term.audit(token, "lease_step_down", None, why, "leader", f"released the lease for {better.id}", at=now)
                 term.save()
             except (LeaseLost, OSError) as exc:
                 log.warning("stepping down without an audit entry: %s", exc)

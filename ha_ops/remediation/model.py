@@ -149,6 +149,9 @@ class Intent(BaseModel):
     attempts: int = 0
     not_before: float = 0.0  # a failed attempt is retried with a growing delay
     result: str = ""
+    # The token of the term whose action pipeline is carrying it out now (0: none): a rung's timeout never climbs
+    # the ladder under a validation that is still waiting for its node to boot (episodes.follow_repair).
+    running: int = Field(0, exclude=True)  # (never written: a successor's pipeline runs it anew)
 
 
 class Breaker(BaseModel):

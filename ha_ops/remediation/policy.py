@@ -1,4 +1,5 @@
 """The remediation policy: from reports, alerts and the cluster's state to node phases and intents. No I/O.
+Its entry points are here; an episode's steps are in episodes.py, the building blocks in decisions.py.
 
 Per node (see model.NodePhase):
 - an unhealthy report takes a node in service out (through the safety gate): cordon (Slurm drain), bring in a spare
@@ -22,51 +23,48 @@ Per node (see model.NodePhase):
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass, field
 from typing import Any
 
 from ha_ops.monitoring.rules import alert_names
 from ha_ops.remediation import bursts, history
 from ha_ops.remediation import lost as lost_nodes
 from ha_ops.remediation.config import ControllerConfig
+from ha_ops.remediation.decisions import (
+    DRAIN_RETRY_S,
+    REASON_GPU,
+    Outcome,
+    end_maintenance,
+    maintenance_of,
+    make_intent,
+    recent_returns,
+    set_phase,
+    start_maintenance,
+    starting_rung,
+)
+from ha_ops.remediation.episodes import (
+    agent_drained,
+    episode_done,
+    follow_repair,
+    manage_spares,
+    repaired,
+    start_rung,
+    take_out_of_service,
+)
 from ha_ops.remediation.model import (
     MAX_BURSTS,
-    OUT_OF_SERVICE,
     BurstRecord,
     ControllerState,
-    Intent,
-    IntentKind,
     LastReport,
-    Maintenance,
     NodePhase,
     NodeRecord,
     Rung,
 )
 from ha_ops.remediation.observers import NodeView
-from ha_ops.remediation.safety import gate_cordon
 from ha_ops.schedulers.base import AGENT_REASON_PREFIX
 
-DRAIN_RETRY_S = 10.0
-_REASON_GPU = re.compile(r"^GPU(\d+) ")  # an agent's verdict reason starts with the GPU it is about
-
-_RUNG_FOR_ACTION = {
-    "drain": Rung.RESET_GPU,
-    "reset_gpu": Rung.RESET_GPU,
-    "reboot_node": Rung.REBOOT_NODE,
-    "replace": Rung.REPLACE,
-}
-
-
-@dataclass
-class Outcome:
-    """What one decision did: intents added, and notes for the log (and the HTTP answer)."""
-
-    intents: list[Intent] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    ignored: str = ""
-    burst: str | None = None  # a burst of application XIDs began: its id (the controller names its job)
-    ended_maintenance: list[tuple[str, Maintenance]] = field(default_factory=list)  # expired windows (audited)
+# What callers read from here: the decisions' entry points, and the parts they are built from.
+__all__ = ["NodeView", "Outcome", "compact", "end_maintenance", "init_state", "maintenance_of", "name_burst_job",
+           "on_alert", "on_report", "on_tick", "repaired", "start_maintenance", "starting_rung"]  # fmt: skip
 
 
 def init_state(state: ControllerState, config: ControllerConfig, now: float) -> None:
@@ -85,57 +83,6 @@ def init_state(state: ControllerState, config: ControllerConfig, now: float) -> 
                 state.nodes[name] = NodeRecord(
                     name=name, pool=pool_name, spare=True, in_main=False, since=now, seen_since=seen
                 )
-
-
-def _intent(
-    state: ControllerState, rec: NodeRecord, kind: IntentKind, why: str, now: float, token: int, **args: Any
-) -> Intent:
-    intent = Intent(
-        id=f"{state.next_intent:08d}-{rec.name}-{kind}",
-        node=rec.name,
-        kind=kind,
-        why=why,
-        args={"episode": rec.episode, **args},
-        created_at=now,
-        token=token,
-    )
-    state.next_intent += 1
-    state.intents.append(intent)
-    return intent
-
-
-def _set_phase(rec: NodeRecord, phase: NodePhase, now: float, reason: str | None = None) -> None:
-    rec.phase = phase
-    rec.since = now
-    if reason is not None:
-        rec.reason = reason
-
-
-def free_spares(state: ControllerState, pool: str) -> list[NodeRecord]:
-    """The pool's spares that may stand in: healthy, outside the main partition, for nobody yet, and not in a
-    maintenance window (a rollout changing a spare's driver has it drained)."""
-    return [
-        r
-        for r in state.nodes.values()
-        if r.pool == pool and r.spare and not r.in_main and r.spare_for is None and r.phase == NodePhase.HEALTHY
-        and r.maintenance is None
-    ]  # fmt: skip
-
-
-def recent_returns(rec: NodeRecord, config: ControllerConfig, now: float) -> list[float]:
-    return [t for t in rec.returns if now - t < config.ladder.flap_window_s]
-
-
-def starting_rung(rec: NodeRecord, action: str, config: ControllerConfig, now: float) -> Rung:
-    rung = _RUNG_FOR_ACTION.get(action, Rung.RESET_GPU)
-    flaps = recent_returns(rec, config, now)
-    if len(flaps) >= config.ladder.max_flaps:
-        return Rung.REPLACE
-    on_probation = rec.phase == NodePhase.RETURNED
-    if (flaps or on_probation) and rec.rung is not None:
-        previous_next = rec.rung.next()
-        rung = max(rung, previous_next, key=list(Rung).index)
-    return rung
 
 
 def on_report(state: ControllerState, report: Any, config: ControllerConfig, now: float, token: int) -> Outcome:
@@ -171,9 +118,9 @@ def on_report(state: ControllerState, report: Any, config: ControllerConfig, now
     state.deferred.pop(rec.name, None)  # no longer reported unhealthy: nothing left to hold back
     state.burst_tracker.release(rec.name)
     if rec.phase == NodePhase.HEALTHY and report.state in ("degraded", "unknown"):
-        _set_phase(rec, NodePhase.SUSPECT, now, f"agent reports {report.state}: {report.reason}")
+        set_phase(rec, NodePhase.SUSPECT, now, f"agent reports {report.state}: {report.reason}")
     elif rec.phase == NodePhase.SUSPECT and report.state == "healthy":
-        _set_phase(rec, NodePhase.HEALTHY, now, "")
+        set_phase(rec, NodePhase.HEALTHY, now, "")
     return out
 
 
@@ -203,7 +150,7 @@ def _watch_bursts(
                 and last.state == "unhealthy"
                 and member.phase == NodePhase.HEALTHY
             ):
-                _set_phase(member, NodePhase.SUSPECT, now, f"{last.reason} (spared: {new.message()})")
+                set_phase(member, NodePhase.SUSPECT, now, f"{last.reason} (spared: {new.message()})")
     elif xids and tracker.burst is not None:
         _sync_burst(state, tracker.burst)
     return out
@@ -226,7 +173,7 @@ def _spare_or_hold(
         assert tracker.burst is not None
         _sync_burst(state, tracker.burst)
         if rec.phase == NodePhase.HEALTHY:
-            _set_phase(rec, NodePhase.SUSPECT, now, f"{reason} (spared: {tracker.burst.message()})")
+            set_phase(rec, NodePhase.SUSPECT, now, f"{reason} (spared: {tracker.burst.message()})")
         return
     if rec.name not in tracker.held:
         out.notes.append(f"{rec.name}: application XIDs only; waiting {cfg.window_s:g} s for a burst before acting")
@@ -297,118 +244,8 @@ def on_alert(
         reason = alert.get("annotations", {}).get("summary", name)
         return take_out_of_service(state, rec, f"alert: {reason}", "reset_gpu", [], config, now, token)
     if rec.phase == NodePhase.HEALTHY:
-        _set_phase(rec, NodePhase.SUSPECT, now, f"alert {name}")
+        set_phase(rec, NodePhase.SUSPECT, now, f"alert {name}")
     return Outcome(notes=[f"alert {name} on {node}: watching"])
-
-
-def take_out_of_service(
-    state: ControllerState,
-    rec: NodeRecord,
-    reason: str,
-    action: str,
-    gpus: list[int],
-    config: ControllerConfig,
-    now: float,
-    token: int,
-    lost: bool = False,
-    jobs: tuple[str, ...] = (),
-) -> Outcome:
-    if rec.phase.out_of_service:
-        return Outcome(notes=[f"{rec.name} is already {rec.phase.value}"])
-    spares: list[NodeRecord] = []
-    looked = False
-
-    def count_spares() -> int:
-        nonlocal looked
-        if not looked:  # (once: a scan of the pool)
-            spares.extend(free_spares(state, rec.pool) if rec.in_main else [])
-            looked = True
-        return len(spares)
-
-    gate = gate_cordon(state, rec, config.safety, now, count_spares)
-    if gate.outcome != "allow":
-        if gate.trips_breaker and not state.breaker.open:
-            state.breaker.open, state.breaker.reason, state.breaker.opened_at = True, gate.why, now
-        if gate.outcome == "defer":
-            state.deferred[rec.name] = gate.why
-        return Outcome(ignored=f"{rec.name} not cordoned: {gate.why}")
-    state.deferred.pop(rec.name, None)
-    flap = rec.phase == NodePhase.RETURNED or bool(recent_returns(rec, config, now))
-    rung = starting_rung(rec, action, config, now)
-    rec.episode += 1
-    cause = history.cause_of(reason, lost, flap)
-    history.record_start(rec, cause, reason, now, "drain", config.fleet.max_incidents_per_node)
-    rec.rung, rec.rung_started = rung, 0.0
-    _set_phase(rec, NodePhase.CORDONED, now, reason)
-    rec.gpus = list(gpus)
-    state.breaker.cordons.append((now, rec.name))
-    out = Outcome()
-    out.intents.append(_intent(state, rec, "drain", reason, now, token, **({"lost": True} if lost else {})))
-    covered: NodeRecord | None = rec
-    if rec.spare:
-        # A failing stand-in stands in for nobody: the node it covered (if still out) gets another spare, and no
-        # spare stands in for a spare (else it stays in service after that node is back, and the node goes uncovered).
-        covered = state.nodes.get(rec.spare_for) if rec.spare_for else None
-        rec.spare_for = None
-        if covered is not None and not covered.phase.out_of_service:
-            covered = None
-    if covered is not None:
-        count_spares()
-    if covered is not None and spares:
-        _bring_in_spare(state, spares[0], covered, now, token, out)
-    release: dict[str, Any] = {}
-    if lost:
-        # Fence before the work moves: power-cycle the lost node (it may only be cut off, its jobs still running),
-        # then release the jobs Slurm requeued from it (Slurm would hold them for cred_expire) - only if the fence
-        # succeeded, which the controller checks before it runs the requeue.
-        fence = _intent(state, rec, "reboot_node", f"fence: {reason}", now, token, rung=rung.value)
-        out.intents.append(fence)
-        history.note_action(rec, "fence")
-        release = {"release": list(jobs), "fence": fence.id} if jobs else {}
-    out.intents.append(_intent(state, rec, "requeue_jobs", f"{rec.name} left service: {reason}", now, token, **release))
-    return out
-
-
-def _episode_done(state: ControllerState, rec: NodeRecord, kind: str) -> Intent | None:
-    for intent in reversed(state.intents):
-        if intent.node == rec.name and intent.kind == kind and intent.args.get("episode") == rec.episode:
-            return intent if intent.status in ("done", "skipped", "failed") else None
-    return None
-
-
-def _episode_has(state: ControllerState, rec: NodeRecord, kind: str, **match: Any) -> bool:
-    return any(
-        i.node == rec.name
-        and i.kind == kind
-        and i.args.get("episode") == rec.episode
-        and all(i.args.get(k) == v for k, v in match.items())
-        for i in state.intents
-    )
-
-
-def _start_rung(state: ControllerState, rec: NodeRecord, rung: Rung, now: float, token: int, out: Outcome) -> None:
-    rec.rung, rec.rung_started = rung, now
-    if rung == Rung.REPLACE:
-        _set_phase(rec, NodePhase.AWAITING_REPAIR, now, f"needs replacement: {rec.reason}")
-        history.close(rec, "held for replacement", now, "replace")
-        out.notes.append(f"{rec.name} needs replacement; it stays out of service until reported repaired")
-        return
-    _set_phase(rec, NodePhase.AWAITING_REPAIR, now)
-    gpus = rec.gpus or (rec.last_report.gpus if rec.last_report else [])  # (a state written before `gpus`)
-    if rung == Rung.RESET_GPU:
-        out.intents.append(_intent(state, rec, "reset_gpu", rec.reason, now, token, gpus=gpus or [0], rung=rung.value))
-        history.note_action(rec, rung.value)
-    elif not _episode_has(state, rec, "reboot_node", rung=rung.value):  # a lost node was power-cycled as its fence
-        out.intents.append(_intent(state, rec, "reboot_node", rec.reason, now, token, rung=rung.value))
-        history.note_action(rec, rung.value)
-    out.intents.append(_intent(state, rec, "validate", f"after {rung.value}", now, token, rung=rung.value))
-
-
-def agent_drained(view: NodeView, rec: NodeRecord) -> bool:
-    """Drained by its agent (fallback: no controller accepted its report) after this controller last changed the
-    node's phase: a drain to adopt. A poll that began before the node's last change may predate the controller's own
-    resume, so it does not count."""
-    return "drain" in view.state.lower() and view.reason.startswith(AGENT_REASON_PREFIX) and rec.since < view.polled_at
 
 
 def on_tick(
@@ -416,7 +253,7 @@ def on_tick(
 ) -> Outcome:
     out = Outcome()
     ladder = config.ladder
-    _retry_deferred(state, config, now, token, out)
+    retry_deferred(state, config, now, token, out)
     _release_held(state, config, now, token, out)
     for rec in state.nodes.values():
         if rec.maintenance is not None and maintenance_of(rec, now) is None:
@@ -448,40 +285,40 @@ def on_tick(
             action = report.action if report is not None and unhealthy else "drain"
             said = view.reason.removeprefix(AGENT_REASON_PREFIX).strip()
             # Without the report, the agent's reason names the GPU ("GPU3 xid: ..."): reset that one, not GPU 0.
-            gpus = report.gpus if report is not None and unhealthy else [int(g) for g in _REASON_GPU.findall(said)[:1]]
+            gpus = report.gpus if report is not None and unhealthy else [int(g) for g in REASON_GPU.findall(said)[:1]]
             why = f"adopted the drain its agent made: {said}"
             taken = take_out_of_service(state, rec, why, action, gpus, config, now, token, jobs=view.jobs)
             out.intents += taken.intents
             out.notes += taken.notes + ([taken.ignored] if taken.ignored else [])
     for rec in state.nodes.values():
         view = views.get(rec.name, NodeView())
-        drain = _episode_done(state, rec, "drain") if rec.phase == NodePhase.CORDONED else None
+        drain = episode_done(state, rec, "drain") if rec.phase == NodePhase.CORDONED else None
         if drain is not None and drain.status == "failed":
             # Never repair a node Slurm still schedules onto: try the drain again, after a pause.
             if now - drain.created_at >= DRAIN_RETRY_S:
                 out.notes.append(f"{rec.name}: drain failed ({drain.result}); trying again")
-                out.intents.append(_intent(state, rec, "drain", rec.reason, now, token))
+                out.intents.append(make_intent(state, rec, "drain", rec.reason, now, token))
         elif drain is not None:
-            _set_phase(rec, NodePhase.DRAINING, now)
+            set_phase(rec, NodePhase.DRAINING, now)
         jobs_gone = not view.jobs or now - rec.since >= ladder.drain_timeout_s
-        if rec.phase == NodePhase.DRAINING and _episode_done(state, rec, "requeue_jobs") and jobs_gone:
-            _set_phase(rec, NodePhase.DRAINED, now)
+        if rec.phase == NodePhase.DRAINING and episode_done(state, rec, "requeue_jobs") and jobs_gone:
+            set_phase(rec, NodePhase.DRAINED, now)
         if rec.phase == NodePhase.DRAINED:
-            _start_rung(state, rec, rec.rung or Rung.RESET_GPU, now, token, out)
+            start_rung(state, rec, rec.rung or Rung.RESET_GPU, now, token, out)
         elif rec.phase == NodePhase.AWAITING_REPAIR and rec.rung not in (None, Rung.REPLACE):
-            _follow_repair(state, rec, config, now, token, out)
-        if rec.phase == NodePhase.AWAITING_REPAIR and _episode_done(state, rec, "resume"):
+            follow_repair(state, rec, config, now, token, out)
+        if rec.phase == NodePhase.AWAITING_REPAIR and episode_done(state, rec, "resume"):
             rec.returns = [*recent_returns(rec, config, now), now]
-            _set_phase(rec, NodePhase.RETURNED, now, "")
+            set_phase(rec, NodePhase.RETURNED, now, "")
             history.returned(rec, now)
         if rec.phase == NodePhase.RETURNED and now - rec.since >= ladder.probation_s:
-            _set_phase(rec, NodePhase.HEALTHY, now, "")
-    _manage_spares(state, views, now, token, out)
+            set_phase(rec, NodePhase.HEALTHY, now, "")
+    manage_spares(state, views, now, token, out)
     history.trim(state.nodes.values(), config.fleet.max_incidents)
     return out
 
 
-def _retry_deferred(state: ControllerState, config: ControllerConfig, now: float, token: int, out: Outcome) -> None:
+def retry_deferred(state: ControllerState, config: ControllerConfig, now: float, token: int, out: Outcome) -> None:
     """Cordons held back by the rate limit are tried again (through the gate) while the agent's last word is a fresh
     "unhealthy" (an old one waits for the agent's next report). One held back for an alert waits for the alert's next
     delivery."""
@@ -496,139 +333,6 @@ def _retry_deferred(state: ControllerState, config: ControllerConfig, now: float
         retried = take_out_of_service(state, rec, last.reason, last.action, list(last.gpus), config, now, token)
         out.intents += retried.intents
         out.notes += retried.notes
-
-
-def _current_validation(state: ControllerState, rec: NodeRecord) -> Intent | None:
-    rung = rec.rung.value if rec.rung else None
-    for intent in reversed(state.intents):
-        if (
-            intent.node == rec.name
-            and intent.kind == "validate"
-            and intent.args.get("episode") == rec.episode
-            and intent.args.get("rung") == rung
-        ):
-            return intent
-    return None
-
-
-def _follow_repair(
-    state: ControllerState, rec: NodeRecord, config: ControllerConfig, now: float, token: int, out: Outcome
-) -> None:
-    assert rec.rung is not None
-    validation = _current_validation(state, rec)
-    if validation is not None and validation.status != "pending":
-        if validation.status in ("done", "skipped") and validation.result == "pass":
-            if _episode_has(state, rec, "resume"):
-                return
-            lemon = history.lemon_reason(rec, config.lemon, now)
-            if lemon is not None:
-                _hold_lemon(rec, lemon, now, out)
-                return
-            out.intents.append(_intent(state, rec, "resume", f"validated after {rec.rung.value}", now, token))
-            return
-        out.notes.append(f"{rec.name}: {rec.rung.value} did not fix it ({validation.result}); climbing the ladder")
-        _start_rung(state, rec, rec.rung.next(), now, token, out)
-    elif now - rec.rung_started > config.ladder.validate_timeout_s:
-        out.notes.append(f"{rec.name}: {rec.rung.value} did not validate in time; climbing the ladder")
-        _start_rung(state, rec, rec.rung.next(), now, token, out)
-
-
-def _hold_lemon(rec: NodeRecord, why: str, now: float, out: Outcome) -> None:
-    """The episode would end with a return, but the node is a lemon: held for replacement instead (still drained; a
-    person replaces the part and reports it repaired, `ha-ops controller repaired`)."""
-    rec.rung, rec.rung_started = Rung.REPLACE, now
-    _set_phase(rec, NodePhase.AWAITING_REPAIR, now, why)
-    history.close(rec, "held for replacement (lemon)", now, "replace")
-    out.notes.append(f"{rec.name} is a {why}; held for replacement instead of being returned")
-
-
-def _manage_spares(state: ControllerState, views: dict[str, NodeView], now: float, token: int, out: Outcome) -> None:
-    def pending(node: str) -> bool:
-        return any(
-            i.node == node and i.kind in ("spare_in", "spare_out") and i.status == "pending" for i in state.intents
-        )
-
-    for spare in state.nodes.values():
-        if not spare.spare or not spare.in_main or spare.phase.out_of_service or pending(spare.name):
-            continue
-        covered = state.nodes.get(spare.spare_for) if spare.spare_for else None
-        still_needed = covered is not None and covered.phase.out_of_service
-        if not still_needed and not views.get(spare.name, NodeView()).jobs:
-            why = f"{spare.spare_for} is back in service" if spare.spare_for else "no node needs a stand-in"
-            spare.in_main, spare.spare_for = False, None
-            out.intents.append(_intent(state, spare, "spare_out", why, now, token))
-    # A node out of service without a stand-in gets one as soon as a spare is free. (Who is covered, and each pool's
-    # free spares, found once: a storm puts 150 of 1,500 nodes out of service at once.)
-    covered = {s.spare_for for s in state.nodes.values() if s.spare and s.in_main and s.spare_for}
-    free: dict[str, list[NodeRecord]] = {}
-    for rec in state.nodes.values():
-        if rec.phase not in OUT_OF_SERVICE or rec.spare or not rec.in_main or rec.name in covered:
-            continue
-        if rec.pool not in free:
-            free[rec.pool] = free_spares(state, rec.pool)
-        spares = free[rec.pool]
-        if spares:
-            _bring_in_spare(state, spares.pop(0), rec, now, token, out)
-
-
-def _bring_in_spare(
-    state: ControllerState, spare: NodeRecord, rec: NodeRecord, now: float, token: int, out: Outcome
-) -> None:
-    spare.in_main, spare.spare_for = True, rec.name
-    out.intents.append(_intent(state, spare, "spare_in", f"stands in for {rec.name}", now, token, replaces=rec.name))
-
-
-def repaired(state: ControllerState, node: str, now: float, token: int, by: str = "an operator") -> Outcome:
-    """A person (`by`: the operator's identity, for the audit) reports a node repaired (replaced): validate it,
-    then return it to service."""
-    rec = state.nodes.get(node)
-    if rec is None:
-        return Outcome(ignored=f"unknown node {node!r}")
-    if rec.phase != NodePhase.AWAITING_REPAIR:
-        return Outcome(ignored=f"{node} is {rec.phase.value}, not awaiting repair")
-    rec.rung, rec.rung_started, rec.returns = Rung.REBOOT_NODE, now, []
-    rec.repaired_at = now  # lemon and tier counts start afresh (the history stays)
-    out = Outcome(notes=[f"{node} reported repaired; validating"])
-    out.intents.append(
-        _intent(state, rec, "validate", f"reported repaired by {by}", now, token, rung=Rung.REBOOT_NODE.value)
-    )
-    return out
-
-
-def maintenance_of(rec: NodeRecord, now: float) -> Maintenance | None:
-    """The node's maintenance window while it lasts (an expired one is closed by the next tick)."""
-    return rec.maintenance if rec.maintenance is not None and now < rec.maintenance.until else None
-
-
-def start_maintenance(
-    state: ControllerState, nodes: list[str], reason: str, ttl_s: float, by: str, now: float
-) -> dict[str, Maintenance | None]:
-    """Open (or extend) a maintenance window on each node; returns each node's window before. ValueError naming the
-    first node that is unknown or that ha-ops itself has out of service (its repair is not the rollout's)."""
-    for name in nodes:
-        rec = state.nodes.get(name)
-        if rec is None:
-            raise ValueError(f"unknown node {name!r}")
-        if rec.phase.out_of_service and rec.maintenance is None:
-            raise ValueError(f"{name} is {rec.phase.value} by ha-ops ({rec.reason}): no maintenance window on it")
-    before = {}
-    for name in nodes:
-        rec = state.nodes[name]
-        before[name] = rec.maintenance
-        since = rec.maintenance.since if rec.maintenance is not None else now
-        rec.maintenance = Maintenance(until=now + ttl_s, reason=reason, by=by, since=since)
-    return before
-
-
-def end_maintenance(state: ControllerState, nodes: list[str]) -> dict[str, Maintenance]:
-    """Close the windows of these nodes (unknown nodes and nodes without one: nothing to do); returns those closed.
-    The node's next report is acted on as usual: a node still failing after a rollback is remediated then."""
-    closed = {}
-    for name in nodes:
-        rec = state.nodes.get(name)
-        if rec is not None and rec.maintenance is not None:
-            closed[name], rec.maintenance = rec.maintenance, None
-    return closed
 
 
 def compact(state: ControllerState, keep_finished: int = 200) -> None:

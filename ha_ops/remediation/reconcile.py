@@ -80,7 +80,6 @@ class Reconciler(Runnable):
             log.warning("cannot read Slurm's jobs this tick: %s", exc)
             self.scheduler_read = False
             return False
-        self.scheduler_read = True
         term = self.term
         with term.lock:
             if term.state is None or term.token is None:
@@ -92,6 +91,6 @@ class Reconciler(Runnable):
                 audit_maintenance(term, term.token, node, "maintenance_end", "expired", window, None)
             policy.compact(term.state)
         term.persist()  # (outside the lock: reports are decided while it is written)
-        if outcome.intents:
-            term.wake_pipeline()
+        self.scheduler_read = True
+        term.wake_pipeline()  # (its new intents, and those ready now: as a tick once ran them)
         return True

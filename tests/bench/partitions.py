@@ -139,11 +139,12 @@ def control_plane(case: str) -> Callable[[Lab], tuple[float, Expected]]:
         recovered = whole_again(lab, mended)
         time.sleep(max(0.0, mended + 25.0 - time.time()))  # past agent_silence_s after the mend
         # ctl1 cut with the monitoring node: the Slurm primary cut off, fenced (and healed) as in issue 18's case. A
-        # flapping link may have it fenced too (unreachable for a MessageTimeout at a time), and healed: allowed, as
-        # is the blind leader's step-down; nothing may touch a GPU node.
+        # flapping link may have it fenced too (unreachable for a MessageTimeout at a time), and healed. Every case
+        # cuts the leader (ctl1) off: once mended, a peer that hears the agents first may take over from it (the
+        # blind leader's step-down, view.py). Nothing may touch a GPU node.
         flapping_primary = flap_s and any(c.startswith("ctl1:") for c in cuts)
-        allowed = Expected(reset="ctl1", fence=True, step_down=True)
-        return recovered, allowed if primary_cut or flapping_primary else Expected()
+        fenced = bool(primary_cut or flapping_primary)
+        return recovered, Expected(reset="ctl1" if fenced else None, fence=fenced, step_down=True)
 
     return run
 

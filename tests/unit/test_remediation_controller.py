@@ -21,7 +21,6 @@ from ha_ops.health.report import AgentReport, ReportFinding
 from ha_ops.remediation.app import open_controller
 from ha_ops.remediation.audit import AuditHead, verify
 from ha_ops.remediation.config import (
-    DEFAULT_FENCE_COMMAND,
     ControllerConfig,
     KubernetesConfig,
     KubernetesLeaseConfig,
@@ -31,6 +30,7 @@ from ha_ops.remediation.config import (
     SlurmFence,
 )
 from ha_ops.remediation.executor import ActionFailed
+from ha_ops.remediation.fence_config import DEFAULT_FENCE_COMMAND
 from ha_ops.remediation.lease import LeaseLost
 from ha_ops.remediation.model import Intent, NodePhase
 from ha_ops.remediation.node_records import durable_key
@@ -927,3 +927,76 @@ def test_the_decision_loop_never_waits_for_a_long_repair_a_node_lost_meanwhile_i
         for loop in loops:
             loop.join(10)
     assert not any(loop.is_alive() for loop in loops)
+
+
+def test_a_validation_that_outlasts_the_rungs_timeout_is_waited_for_not_climbed_over(rig: Rig) -> None:
+    # With the decision loop ticking beside the action pipeline (issue 43), a rung's timeout must not climb the
+    # ladder while the rung's own validation is still under way (it waits up to boot_wait_s for its node): the ladder
+    # follows the validation's result once it ends.
+    validating, done = threading.Event(), threading.Event()
+    run = rig.executor.run
+
+    def slow(intent: Intent) -> str:
+        if intent.kind == "validate":
+            validating.set()
+            done.wait(30)
+        return run(intent)
+
+    rig.executor.run = slow  # type: ignore[method-assign]
+    pipeline = threading.Thread(target=rig.c.actions.run, daemon=True)
+    pipeline.start()
+    try:
+        rig.c.handle_report(report("n1"))
+        for _ in range(20):  # the decision loop's ticks, until the validation runs
+            if validating.is_set():
+                break
+            rig.clock.now += 0.5
+            rig.c.lease_step()
+            rig.c.reconciler.tick()
+            time.sleep(0.05)
+        assert validating.wait(5), rig.executor.calls
+        for _ in range(4):  # 8 s of ticks past the ladder's 5 s validate timeout, the validation still running
+            rig.clock.now += 2.0
+            rig.c.lease_step()
+            rig.c.reconciler.tick()
+        assert ("reboot_node", "n1") not in rig.executor.calls
+        assert not [i for i in rig.c.state.intents if i.kind == "reboot_node"], "climbed over a running validation"
+    finally:
+        done.set()
+
+    def resumed() -> bool:  # (the decision loop's next tick makes the resume; the pipeline runs it)
+        rig.c.reconciler.tick()
+        return ("resume", "n1") in rig.executor.calls
+
+    wait_for("n1 resumed", resumed, timeout=10, interval=0.1)
+    rig.c.stop()
+    pipeline.join(10)
+    assert [k for k, n in rig.executor.calls if n == "n1"][-2:] == ["validate", "resume"]
+
+
+def test_a_stopping_controller_keeps_the_lease_until_its_actions_under_way_end(tmp_path: Path) -> None:
+    # A successor must not start the same action while this process still carries it out: run() waits for the
+    # action pipeline (its grace) before it releases the lease.
+    rig = Rig(tmp_path, update={"port": 0, "listen_address": "127.0.0.1"})
+    held, in_flight = threading.Event(), threading.Event()
+    run = rig.executor.run
+
+    def slow(intent: Intent) -> str:
+        if intent.kind == "drain":
+            in_flight.set()
+            held.wait(30)
+        return run(intent)
+
+    rig.executor.run = slow  # type: ignore[method-assign]
+    controller = threading.Thread(target=rig.c.run, daemon=True)
+    controller.start()
+    wait_for("a leader", lambda: rig.c.is_leader, timeout=10, interval=0.05)
+    rig.c.handle_report(report("n1"))
+    assert in_flight.wait(10)
+    rig.c.stop()
+    controller.join(1.0)
+    assert controller.is_alive()  # still waiting for the drain under way...
+    assert rig.c.lease.read().holder == "ctl1"  # ...with the lease held
+    held.set()
+    controller.join(20)
+    assert not controller.is_alive() and rig.c.lease.read().holder == ""  # released once it ended
