@@ -91,6 +91,7 @@ class Reconciler(Runnable):
                 audit_maintenance(term, term.token, node, "maintenance_end", "expired", window, None)
             policy.compact(term.state)
         term.persist()  # (outside the lock: reports are decided while it is written)
+        term.snapshot_if_due()
         self.scheduler_read = True
         term.wake_pipeline()  # (its new intents, and those ready now: as a tick once ran them)
         return True

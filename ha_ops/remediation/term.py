@@ -88,6 +88,7 @@ class Term:
         self._arrival_lock = threading.Lock()
         self.on_intents: Callable[[], None] = lambda: None  # the decision loop's own wake-up (app.py)
         self.nodes = NodeWriter()  # which node records are stored where (node_records.py)
+        self._unsnapshotted = False  # the last state written is in no snapshot yet
 
     # --- the term's bounds ------------------------------------------------------------------------------------
     def begin(self, token: int, state: ControllerState, stored: Stored) -> None:
@@ -180,10 +181,25 @@ class Term:
                 self._committed = max(self._committed, snap.decisions)
                 self._durable_below = max(self._durable_below, snap.intents_below)
                 # When one is due: the core as written, and the shards as stored (both only change under this lock).
+                taken = self.snapshots.taken
                 self.snapshots.after_write(snap.text, snap.token, self.who(snap.token), self.nodes.stored_shards)
+                self._unsnapshotted = self.snapshots.taken == taken
                 if snap.compact is None:
                     return
                 snap = self._compact(snap)
+
+    def snapshot_if_due(self) -> None:
+        """The last state written, snapshotted once a snapshot is due, if its own write came too early for one: a
+        quiet fleet writes seldom (a heartbeat writes nothing), and its latest state must still be in the ring."""
+        if not self._unsnapshotted or not self.snapshots.due():
+            return
+        with self._write_lock:
+            token = self.token
+            if token is None or not self._saved or not self._unsnapshotted:
+                return
+            taken = self.snapshots.taken
+            self.snapshots.after_write(self._saved, token, self.who(token), self.nodes.stored_shards)
+            self._unsnapshotted = self.snapshots.taken == taken
 
     def _write_audit(self, snap: Snapshot | None) -> None:
         """Under the write lock: the audit entries chained so far, in order (before any state that records them)."""
