@@ -68,7 +68,7 @@ def _shared(state_dir: Path | None, config: Path | None, key_file: Path | None) 
         from ha_ops.remediation.wiring import make_documents, make_lease
 
         cfg = load_controller_config(config).model_copy(update={"id": me})
-        nodes = {n for pool in cfg.pools.values() for n in (*pool.nodes, *pool.spares)}
+        nodes = cfg.node_names()
         return Shared(make_documents(cfg), lambda: make_lease(cfg, time.time), key_file or cfg.audit_key_file, nodes,
                       lambda state: policy.init_state(state, cfg, time.time()))  # fmt: skip
     assert state_dir is not None

@@ -296,6 +296,10 @@ class ControllerConfig(ConfigModel):
         30.0, gt=0, description="An agent report younger than this outranks an Alertmanager alert about the node."
     )
 
+    def node_names(self) -> set[str]:
+        """Every node of every pool, spares included."""
+        return {n for pool in self.pools.values() for n in (*pool.nodes, *pool.spares)}
+
     @model_validator(mode="after")
     def _state_somewhere(self) -> ControllerConfig:
         k8s = self.kubernetes

@@ -47,7 +47,7 @@ class Leadership:
         self.clock = clock
         self.views = ViewStore(documents, config.id)
         self.blocked = BlockedTracker(fresh_window(config.lease_ttl_s, config.lease_renew_s))  # (blocked.py)
-        self.known = {n for pool in config.pools.values() for n in (*pool.nodes, *pool.spares)}
+        self.known = config.node_names()
         self.peer_views: list[View] = []  # as read at the last lease step
         self.slurm_ok_at = 0.0  # the last successful read of Slurm's node states
         self.heard: dict[str, float] = {}  # node -> when its agent's report last arrived here (leader or standby)

@@ -42,7 +42,7 @@ def open_parts(config: ControllerConfig, clock: Callable[[], float]) -> Parts:
         config.state_dir.mkdir(parents=True, exist_ok=True)
     lease = make_lease(config, clock)
     documents = make_documents(config)
-    known = {n for pool in config.pools.values() for n in (*pool.nodes, *pool.spares)}
+    known = config.node_names()
     # Its own certificate issued before anything loads it (the API's server, the audit shipper).
     certificates = make_certificates(config, known)
     shipper = AuditShipper(config.audit_sink, config.id) if config.audit_sink is not None else None

@@ -63,14 +63,11 @@ def make_coordinator(state: RolloutState) -> Coordinator | None:
     return ControllerCoordinator(state.inputs.controllers, state.inputs.controller_tls())
 
 
-Adapters = Callable[[RolloutState, Path], tuple[Scheduler, DriverApplier, Validator]]
-
-
-def execute(store: RolloutStore, report: Callable[[str], None], adapters: Adapters | None = None) -> RolloutState:
+def execute(store: RolloutStore, report: Callable[[str], None]) -> RolloutState:
     """Drive the rollout in `store` until it ends or pauses, under the store's lock; `report` gets each step."""
     with store.lock():
         state = store.load()
-        scheduler, applier, validator = (adapters or make_adapters)(state, store.directory)
+        scheduler, applier, validator = make_adapters(state, store.directory)
         executor = RolloutExecutor(store, scheduler, applier, validator, progress=report,
                                    coordinator=make_coordinator(state))  # fmt: skip
         return executor.run()

@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Literal
 
 from ha_ops.schedulers.base import Scheduler
 from ha_ops.schedulers.slurm import Slurm
-from ha_ops.transport.base import Transport
 
 if TYPE_CHECKING:
     from lightkube import Client
@@ -29,19 +28,16 @@ def local_slurm(host: str | None = None, timeout: float = 10.0) -> Slurm:
 def open_scheduler(
     kind: SchedulerKind,
     *,
-    slurm_transport: Transport | None = None,
     slurm_host: str | None = None,
     slurm_timeout: float = 10.0,
     kubernetes_client: Client | None = None,
     kubeconfig: Path | None = None,
     kubernetes_options: KubernetesOptions | None = None,
 ) -> Scheduler:
-    """Slurm (through `slurm_transport`, or this host's commands as `slurm_host`) or Kubernetes (through
+    """Slurm (this host's commands, as `slurm_host`) or Kubernetes (through
     `kubernetes_client`, or a client for `kubeconfig`: None, the pod's service account or $KUBECONFIG)."""
     if kind == "slurm":
-        if slurm_transport is None:
-            return local_slurm(slurm_host, slurm_timeout)
-        return Slurm(slurm_transport, timeout=slurm_timeout)
+        return local_slurm(slurm_host, slurm_timeout)
     from ha_ops.schedulers.kubernetes import KubernetesOptions, KubernetesScheduler, client_from_kubeconfig
 
     client = kubernetes_client or client_from_kubeconfig(kubeconfig)

@@ -878,20 +878,26 @@ def test_a_leader_killed_between_its_first_audit_and_the_next_save_is_succeeded(
     assert second.state().audit_seq >= logged and not second.state().audit_problems
 
 
+def hold_action(rig: Rig, kind: str, node: str | None = None) -> tuple[threading.Event, threading.Event]:
+    """The rig's executor holds each `kind` action (on `node`) until released: (one started, release them)."""
+    started, release = threading.Event(), threading.Event()
+    run = rig.executor.run
+
+    def held(intent: Intent) -> str:
+        if intent.kind == kind and node in (None, intent.node):
+            started.set()
+            release.wait(30)
+        return run(intent)
+
+    rig.executor.run = held  # type: ignore[method-assign]
+    return started, release
+
+
 def test_the_decision_loop_never_waits_for_a_long_repair_a_node_lost_meanwhile_is_taken_out(rig: Rig) -> None:
     # Issue 43: n2's GPU reset takes "300 s" (held until the test lets it go) in the action pipeline's own runnable;
     # meanwhile n1 goes silent and down. The decision loop (its real thread, as `run` starts it) decides n1 lost at
     # the first tick after its grace (the agent's silence), and the drain runs beside the repair: not after it.
-    repairing, release = threading.Event(), threading.Event()
-    run = rig.executor.run
-
-    def slow(intent: Intent) -> str:
-        if (intent.kind, intent.node) == ("reset_gpu", "n2"):
-            repairing.set()
-            release.wait(30)
-        return run(intent)
-
-    rig.executor.run = slow  # type: ignore[method-assign]
+    repairing, release = hold_action(rig, "reset_gpu", "n2")
     loops = [threading.Thread(target=rig.c.actions.run, daemon=True),
              threading.Thread(target=rig.c._decision_loop, daemon=True)]  # fmt: skip
     for loop in loops:
@@ -933,16 +939,7 @@ def test_a_validation_that_outlasts_the_rungs_timeout_is_waited_for_not_climbed_
     # With the decision loop ticking beside the action pipeline (issue 43), a rung's timeout must not climb the
     # ladder while the rung's own validation is still under way (it waits up to boot_wait_s for its node): the ladder
     # follows the validation's result once it ends.
-    validating, done = threading.Event(), threading.Event()
-    run = rig.executor.run
-
-    def slow(intent: Intent) -> str:
-        if intent.kind == "validate":
-            validating.set()
-            done.wait(30)
-        return run(intent)
-
-    rig.executor.run = slow  # type: ignore[method-assign]
+    validating, done = hold_action(rig, "validate")
     pipeline = threading.Thread(target=rig.c.actions.run, daemon=True)
     pipeline.start()
     try:
@@ -978,16 +975,7 @@ def test_a_stopping_controller_keeps_the_lease_until_its_actions_under_way_end(t
     # A successor must not start the same action while this process still carries it out: run() waits for the
     # action pipeline (its grace) before it releases the lease.
     rig = Rig(tmp_path, update={"port": 0, "listen_address": "127.0.0.1"})
-    held, in_flight = threading.Event(), threading.Event()
-    run = rig.executor.run
-
-    def slow(intent: Intent) -> str:
-        if intent.kind == "drain":
-            in_flight.set()
-            held.wait(30)
-        return run(intent)
-
-    rig.executor.run = slow  # type: ignore[method-assign]
+    in_flight, held = hold_action(rig, "drain")
     controller = threading.Thread(target=rig.c.run, daemon=True)
     controller.start()
     wait_for("a leader", lambda: rig.c.is_leader, timeout=10, interval=0.05)
