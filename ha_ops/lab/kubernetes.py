@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import math
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +46,12 @@ CONTROLLER_USER = "ha-ops:controller"
 CONTROLLER_NAMESPACE = "ha-ops"
 # Lab timing, as the controllers' LAB_LADDER: a node whose kubelet stopped is NotReady after 20 s, not the default
 # 50 s. Kubelets and KWOK renew their node leases every 10 s (a quarter of 40 s), so two renewals must be missed.
-NODE_MONITOR_GRACE = "20s"
+NODE_MONITOR_GRACE_S = 20
+LEASE_S = 40
+# A lab of thousands of KWOK nodes (scale benchmarks) renews their leases less often: at most this many renewals a
+# second in all (25,000 nodes renewing every 10 s would be 2,500 writes a second, more than the whole 2-core machine
+# serves), with kube-controller-manager's grace grown to match.
+MAX_RENEWALS_PER_S = 200
 
 
 def enabled(ctx: LabContext) -> bool:
@@ -220,14 +227,16 @@ def services(ctx: LabContext) -> list[ServiceDef]:
         "controller-manager", "kube-controller-manager",
         f"--service-account-private-key-file={pki / 'sa.key'}", f"--root-ca-file={pki / 'ca.crt'}",
         "--use-service-account-credentials=true", f"--cert-dir={k8s / 'controller-manager-certs'}",
-        f"--node-monitor-grace-period={NODE_MONITOR_GRACE}", "--node-monitor-period=2s",
+        f"--node-monitor-grace-period={node_monitor_grace_s(ctx)}s", "--node-monitor-period=2s",
+        # Its client's default rate (20/s, bursts of 30) clears a large lab's not-ready taints a few a second.
+        "--kube-api-qps=200", "--kube-api-burst=400",
     )  # fmt: skip
     scheduler = component("scheduler", "kube-scheduler")
     kwok = [
         str(tool("kwok")), f"--kubeconfig={k8s / 'kwok.kubeconfig'}", f"--config={tool('kwok-stages.yaml')}",
         "--manage-all-nodes=false", f"--manage-nodes-with-label-selector={KWOK_LABEL}=fake",
         f"--node-ip={LOOPBACK}", "--cidr=10.244.0.1/16", f"--server-address={LOOPBACK}:{api_port + 2}",
-        "--node-lease-duration-seconds=40",
+        f"--node-lease-duration-seconds={kwok_lease_s(ctx)}",
     ]  # fmt: skip
     return [
         ServiceDef("host", "etcd", etcd, logs / "etcd.log"),
@@ -236,6 +245,19 @@ def services(ctx: LabContext) -> list[ServiceDef]:
         ServiceDef("host", "kube-scheduler", scheduler, logs / "kube-scheduler.log"),
         ServiceDef("host", "kwok", kwok, logs / "kwok.log"),
     ]
+
+
+def kwok_lease_s(ctx: LabContext) -> int:
+    """KWOK's node lease duration (renewed every quarter of it): a kubelet's 40 s up to MAX_RENEWALS_PER_S nodes
+    every 10 s; longer above (25,000 nodes: 500 s, renewed every 125 s)."""
+    assert ctx.spec.kubernetes is not None
+    nodes = len(ctx.layout.nodes_with_role("gpu")) + ctx.spec.kubernetes.extra_kwok_nodes
+    return max(LEASE_S, 4 * math.ceil(nodes / MAX_RENEWALS_PER_S))
+
+
+def node_monitor_grace_s(ctx: LabContext) -> int:
+    """Two missed renewals of the lab's longest node lease (KWOK's; a real kubelet's is 40 s)."""
+    return max(NODE_MONITOR_GRACE_S, kwok_lease_s(ctx) // 2)
 
 
 def kubeconfig(server: str, ca: Path, cert: Path, key: Path, user: str) -> dict[str, Any]:
@@ -331,16 +353,19 @@ def domain_labels(ctx: LabContext, domain: str) -> dict[str, str]:
 def register_nodes(ctx: LabContext, api: Client) -> int:
     """Create the GPU nodes that are not registered yet; returns how many were created."""
     have = {n.metadata.name for n in api.list(Node, labels={"type": "kwok"}) if n.metadata}
-    created = 0
-    for node in gpu_nodes(ctx):
-        if node["metadata"]["name"] not in have:
-            try:
-                api.create(codecs.from_dict(node))
-                created += 1
-            except ApiError as exc:
-                if exc.status.code != 409:  # created meanwhile
-                    raise
-    return created
+
+    def create(node: dict[str, Any]) -> int:
+        try:
+            api.create(codecs.from_dict(node))
+            return 1
+        except ApiError as exc:
+            if exc.status.code != 409:  # created meanwhile
+                raise
+            return 0
+
+    # Several at once: one at a time, 25,000 nodes took minutes of round trips.
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        return sum(pool.map(create, [n for n in gpu_nodes(ctx) if n["metadata"]["name"] not in have]))
 
 
 def ready_nodes(api: Client, labels: dict[str, str] | None = None) -> set[str]:

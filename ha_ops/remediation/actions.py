@@ -16,7 +16,7 @@ from contextlib import suppress
 from dataclasses import dataclass
 
 from ha_ops.remediation.config import ControllerConfig
-from ha_ops.remediation.executor import Executor
+from ha_ops.remediation.executor import ActionFailed, Executor
 from ha_ops.remediation.lease import LeaseLost
 from ha_ops.remediation.model import Intent
 from ha_ops.remediation.term import Term
@@ -86,7 +86,8 @@ class ActionPipeline:
         costs a few writes, not 300. A leader that dies between a drain and its write leaves the intent pending: its
         successor runs it again, and the executor finds the node drained and audits it once."""
         term = self.term
-        running: dict[Future[ActionResult], Intent] = {}
+        running: dict[Future[list[ActionResult]], list[Intent]] = {}  # each a batch (a drain or resume of many
+        # nodes in one scheduler call, where the scheduler takes a list), or one intent
         unwritten = False  # results recorded since the last write
         flush_at = time.monotonic() + FLUSH_S
         try:
@@ -96,13 +97,13 @@ class ActionPipeline:
                     if term.state is None or term.token is None:
                         return
                     token, now = term.token, self.clock()
-                    ready, blocked = [], {intent.node for intent in running.values()}
+                    ready, blocked = [], {intent.node for batch in running.values() for intent in batch}
                     for i in term.state.pending():
                         if i.node not in blocked and i.not_before <= now:
                             ready.append(i)
                         blocked.add(i.node)
-                    ready = self.within_limits(ready, list(running.values()))
-                    new = any(not term.durable(i) for i in ready)
+                    batches = self.within_limits(ready, list(running.values()))
+                    new = any(not term.durable(i) for batch in batches for i in batch)
                 if new or (unwritten and not running):
                     term.persist()  # the new intents (durable before they start), the results so far
                     unwritten, flush_at = False, time.monotonic() + FLUSH_S
@@ -110,10 +111,11 @@ class ActionPipeline:
                     term.flush_in_background()  # (the results of actions that look before they act: no hurry)
                     unwritten, flush_at = False, time.monotonic() + FLUSH_S
                 with term.lock:  # (in the state: the policy's timeouts wait for an action under way)
-                    for intent in ready:
-                        intent.running = token
-                for intent in ready:
-                    running[self._start(intent, token)] = intent
+                    for batch in batches:
+                        for intent in batch:
+                            intent.running = token
+                for batch in batches:
+                    running[self._start(batch, token)] = batch
                 if not running:
                     return
                 # Until an action ends, new intents arrive (a report), or the results so far are due to be written.
@@ -125,7 +127,7 @@ class ActionPipeline:
                 results, raised = [], None
                 for future in finished:  # (each on its own: one that raised loses none of the others)
                     try:
-                        results.append(future.result())
+                        results.extend(future.result())
                     except BaseException as exc:
                         raised = raised or exc
                 self.record(results)
@@ -141,37 +143,76 @@ class ActionPipeline:
             if running:
                 done, _ = wait(running, timeout=STOP_GRACE_S)
                 with suppress(Exception):
-                    self.record([f.result() for f in done if f.exception() is None])
+                    self.record([r for f in done if f.exception() is None for r in f.result()])
 
-    def _start(self, intent: Intent, token: int) -> Future[ActionResult]:
-        """An action in a thread of its own (a daemon: a stopping controller does not wait for a node to boot)."""
-        future: Future[ActionResult] = Future()
+    def _start(self, batch: list[Intent], token: int) -> Future[list[ActionResult]]:
+        """An action (or a batch) in a thread of its own (a daemon: a stopping controller does not wait for a node
+        to boot)."""
+        future: Future[list[ActionResult]] = Future()
 
         def work() -> None:
             try:
-                future.set_result(self.act(intent, token))
+                future.set_result(self.act_batch(batch, token))
             except BaseException as exc:
                 future.set_exception(exc)
 
-        threading.Thread(target=work, name=f"action-{intent.kind}-{intent.node}", daemon=True).start()
+        name = f"action-{batch[0].kind}-{batch[0].node}" + (f"-and-{len(batch) - 1}" if len(batch) > 1 else "")
+        threading.Thread(target=work, name=name, daemon=True).start()
         return future
 
-    def within_limits(self, ready: list[Intent], running: list[Intent]) -> list[Intent]:
+    def within_limits(self, ready: list[Intent], running: list[list[Intent]]) -> list[list[Intent]]:
         """The scheduler's actions (a cordon is what a storm waits for) first, up to `parallel_actions`; repairs
         on the nodes (resets, reboots, validations that may wait minutes for a boot) up to `parallel_repairs`, in
-        their own slots, so that they never hold up a drain."""
+        their own slots, so that they never hold up a drain. Drains and resumes the scheduler takes as a list
+        (Slurm) go as batches of up to its batch_limit, each batch one slot: one call, however many nodes."""
         room = {
-            True: self.config.parallel_actions - sum(i.kind in IDEMPOTENT for i in running),
-            False: self.config.parallel_repairs - sum(i.kind not in IDEMPOTENT for i in running),
+            True: self.config.parallel_actions - sum(b[0].kind in IDEMPOTENT for b in running),
+            False: self.config.parallel_repairs - sum(b[0].kind not in IDEMPOTENT for b in running),
         }
         out = []
         # Drains first (a cordon is what a storm waits for: it stops new work landing on a failing node), then the
         # other scheduler actions, then repairs; stable, so in order within each.
-        for intent in sorted(ready, key=lambda i: (i.kind not in IDEMPOTENT, i.kind != "drain")):
-            if room[intent.kind in IDEMPOTENT] > 0:
-                room[intent.kind in IDEMPOTENT] -= 1
-                out.append(intent)
+        for batch in self.batched(sorted(ready, key=lambda i: (i.kind not in IDEMPOTENT, i.kind != "drain"))):
+            if room[batch[0].kind in IDEMPOTENT] > 0:
+                room[batch[0].kind in IDEMPOTENT] -= 1
+                out.append(batch)
         return out
+
+    def batched(self, ready: list[Intent]) -> list[list[Intent]]:
+        """The ready intents as batches, in order: those of a kind the executor batches (batch_limit above 1), in
+        chunks of up to that limit where they first appear; every other intent on its own."""
+        out: list[list[Intent]] = []
+        open_batch: dict[str, list[Intent]] = {}
+        for intent in ready:
+            limit = self.executor.batch_limit(intent.kind)
+            batch = open_batch.get(intent.kind)
+            if limit > 1 and batch is not None and len(batch) < limit:
+                batch.append(intent)
+                continue
+            out.append([intent])
+            if limit > 1:
+                open_batch[intent.kind] = out[-1]
+        return out
+
+    def act_batch(self, batch: list[Intent], token: int) -> list[ActionResult]:
+        """A batch's intents through one executor call, behind one fencing check; one intent through act()."""
+        if len(batch) == 1:
+            return [self.act(batch[0], token)]
+        self.term.lease.check(token)  # a frozen or deposed leader stops here
+        names = [i.node for i in batch]
+        before = self.executor.describe(names)
+        if self.config.safety.dry_run:
+            skipped = "dry-run: not carried out"
+            return [ActionResult(i, token, "skipped", skipped, before[i.node], before[i.node]) for i in batch]
+        outcomes = self.executor.run_batch(batch)
+        after = self.executor.describe(names)
+        results = []
+        for intent in batch:
+            outcome = outcomes.get(intent.id, ActionFailed("the batch gave no result for it"))
+            status, result = ("failed", str(outcome)) if isinstance(outcome, Exception) else ("done", outcome)
+            log.info("%s %s: %s (%s; in a batch of %d)", intent.kind, intent.node, status, result, len(batch))
+            results.append(ActionResult(intent, token, status, result, before[intent.node], after[intent.node]))
+        return results
 
     def act(self, intent: Intent, token: int) -> ActionResult:
         """One action, behind the fencing check."""

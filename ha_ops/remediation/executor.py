@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from ha_ops.remediation.model import Intent
-from ha_ops.schedulers.base import Scheduler
+from ha_ops.schedulers.base import Scheduler, SchedulerNode
 from ha_ops.util.proc import CommandResult
 
 log = logging.getLogger(__name__)
@@ -33,6 +33,26 @@ class ActionFailed(Exception):
     """The action ran and did not succeed; the message says why (kept in the intent's result)."""
 
 
+def _described(node: SchedulerNode) -> str:
+    return f"{node.state}" + (f" ({node.reason})" if node.reason else "")
+
+
+def _by_reason(intents: list[Intent]) -> dict[str, list[Intent]]:
+    """Intents grouped by their reason, in order: one scheduler call per group (the reason is the node's)."""
+    groups: dict[str, list[Intent]] = {}
+    for intent in intents:
+        groups.setdefault(intent.why, []).append(intent)
+    return groups
+
+
+def _one(out: dict[str, str | Exception], intent: Intent) -> str:
+    """A batch of one's result: its line, or what failed it, raised."""
+    result = out[intent.id]
+    if isinstance(result, Exception):
+        raise result
+    return result
+
+
 def _tail(result: CommandResult) -> str:
     text = (result.stderr or result.stdout).strip().splitlines()
     return text[-1][:200] if text else f"exit {result.returncode}"
@@ -47,8 +67,7 @@ class Executor:
     def before(self, intent: Intent) -> str:
         """A short description of the node's state before the action, for the audit log."""
         try:
-            node = self.scheduler.node(intent.node)
-            return f"{node.state}" + (f" ({node.reason})" if node.reason else "")
+            return _described(self.scheduler.node(intent.node))
         except Exception as exc:
             return f"unknown ({exc})"
 
@@ -59,25 +78,86 @@ class Executor:
             raise ActionFailed(f"no action carries out a {intent.kind!r} intent")
         return handler(self, intent)
 
+    def batch_limit(self, kind: str) -> int:
+        """How many intents of `kind` one batch (run_batch) may carry; 1: each is carried out on its own."""
+        return max(1, self.scheduler.batch_limit) if kind in BATCHES else 1
+
+    def describe(self, names: list[str]) -> dict[str, str]:
+        """before() of many nodes, from one read."""
+        try:
+            found = self.scheduler.nodes(names)
+        except Exception as exc:
+            return {name: f"unknown ({exc})" for name in names}
+        return {name: _described(found[name]) if name in found else "unknown (not described)" for name in names}
+
+    def run_batch(self, intents: list[Intent]) -> dict[str, str | Exception]:
+        """Intents of one kind of BATCHES on different nodes, in one read of the nodes and one scheduler call per
+        reason (a storm's drains share theirs): by intent id, its result line or what failed it. If a call of the
+        batch fails, each intent is carried out on its own: each looks at its node first, so nothing is done twice
+        and one bad node fails only its own intent."""
+        try:
+            return BATCHES[intents[0].kind](self, intents)
+        except Exception as exc:
+            log.warning("a batch of %d %s failed (%s): one by one instead", len(intents), intents[0].kind, exc)
+        out: dict[str, str | Exception] = {}
+        for intent in intents:
+            try:
+                out[intent.id] = self.run(intent)
+            except Exception as exc:
+                out[intent.id] = exc
+        return out
+
     def _drain(self, intent: Intent) -> str:
-        node = self.scheduler.node(intent.node)
-        if intent.args.get("lost") and "DOWN" not in node.state:
-            # A lost node cannot confirm that its jobs ended: Slurm would hold them COMPLETING for minutes.
-            self.scheduler.mark_down(intent.node, intent.why)
-            node = self.scheduler.node(intent.node)
-        if node.drained:
-            return f"already drained ({node.reason})"
-        self.scheduler.drain(intent.node, intent.why)
-        return "drained"
+        return _one(self._drain_batch([intent]), intent)
+
+    def _drain_batch(self, intents: list[Intent]) -> dict[str, str | Exception]:
+        out: dict[str, str | Exception] = {}
+        nodes = self._described_nodes(intents, out)
+        known = [i for i in intents if i.node in nodes]
+        # A lost node cannot confirm that its jobs ended: Slurm would hold them COMPLETING for minutes.
+        lost = [i for i in known if i.args.get("lost") and "DOWN" not in nodes[i.node].state]
+        for reason, group in _by_reason(lost).items():
+            self.scheduler.mark_down_nodes([i.node for i in group], reason)
+        if lost:
+            nodes.update(self.scheduler.nodes([i.node for i in lost]))
+        undrained = []
+        for intent in known:
+            if nodes[intent.node].drained:
+                out[intent.id] = f"already drained ({nodes[intent.node].reason})"
+            else:
+                undrained.append(intent)
+        for reason, group in _by_reason(undrained).items():
+            self.scheduler.drain_nodes([i.node for i in group], reason)
+            out.update({i.id: "drained" for i in group})
+        return out
 
     def _resume(self, intent: Intent) -> str:
-        node = self.scheduler.node(intent.node)
-        if not node.drained:
-            return "already in service"
-        if not node.drained_by_ha_ops:
-            raise ActionFailed(f"drained by someone else ({node.reason}); not resuming")
-        self.scheduler.resume(intent.node)
-        return "resumed"
+        return _one(self._resume_batch([intent]), intent)
+
+    def _resume_batch(self, intents: list[Intent]) -> dict[str, str | Exception]:
+        out: dict[str, str | Exception] = {}
+        nodes = self._described_nodes(intents, out)
+        ready = []
+        for intent in (i for i in intents if i.node in nodes):
+            node = nodes[intent.node]
+            if not node.drained:
+                out[intent.id] = "already in service"
+            elif not node.drained_by_ha_ops:
+                out[intent.id] = ActionFailed(f"drained by someone else ({node.reason}); not resuming")
+            else:
+                ready.append(intent)
+        if ready:
+            self.scheduler.resume_nodes([i.node for i in ready])
+            out.update({i.id: "resumed" for i in ready})
+        return out
+
+    def _described_nodes(self, intents: list[Intent], out: dict[str, str | Exception]) -> dict[str, SchedulerNode]:
+        """The intents' nodes from one read; an intent whose node the scheduler does not describe fails in `out`."""
+        nodes = self.scheduler.nodes([i.node for i in intents])
+        for intent in intents:
+            if intent.node not in nodes:
+                out[intent.id] = ActionFailed(f"the scheduler does not describe node {intent.node!r}")
+        return nodes
 
     def _requeue_jobs(self, intent: Intent) -> str:
         requeued, kept, finished = [], [], []
@@ -153,4 +233,11 @@ ACTIONS: dict[str, Callable[[Executor, Intent], str]] = {
     "reset_gpu": Executor._reset_gpu,
     "reboot_node": Executor._reboot_node,
     "validate": Executor._validate,
+}
+
+# The kinds a scheduler may carry out for many nodes in one call (Scheduler.batch_limit: Slurm's `scontrol update`
+# takes a list of nodes), each as a batch of intents.
+BATCHES: dict[str, Callable[[Executor, list[Intent]], dict[str, str | Exception]]] = {
+    "drain": Executor._drain_batch,
+    "resume": Executor._resume_batch,
 }

@@ -44,15 +44,29 @@ class SchedulerJob:
 
 
 class Scheduler(Protocol):
+    # How many nodes one drain_nodes, mark_down_nodes or resume_nodes call may name: Slurm takes a list in one RPC;
+    # Kubernetes writes each Node on its own (1: the executor sends them one by one, several at once).
+    batch_limit: int
+
     def node(self, name: str) -> SchedulerNode: ...
+
+    def nodes(self, names: list[str]) -> dict[str, SchedulerNode]:
+        """The named nodes the scheduler describes (one that it does not is left out)."""
+        ...
 
     def drain(self, name: str, reason: str) -> None:
         """No new work on the node; what runs may finish (requeue_jobs moves what can move)."""
 
+    def drain_nodes(self, names: list[str], reason: str) -> None: ...
+
     def mark_down(self, name: str, reason: str) -> None:
         """A lost node: its work is ended at once, without waiting for the node to confirm it."""
 
+    def mark_down_nodes(self, names: list[str], reason: str) -> None: ...
+
     def resume(self, name: str) -> None: ...
+
+    def resume_nodes(self, names: list[str]) -> None: ...
 
     def jobs(self) -> list[SchedulerJob]: ...
 

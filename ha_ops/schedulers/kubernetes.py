@@ -350,6 +350,23 @@ class KubernetesScheduler:
                                  lambda: set_gpu_condition(self.client, name, status, reason)))  # fmt: skip
 
     # --- the Scheduler protocol -------------------------------------------------------------------------------
+    batch_limit = 1  # every Node is an object of its own, written on its own (the executor runs several at once)
+
+    def nodes(self, names: list[str]) -> dict[str, SchedulerNode]:
+        return {name: self.node(name) for name in names}
+
+    def drain_nodes(self, names: list[str], reason: str) -> None:
+        for name in names:
+            self.drain(name, reason)
+
+    def mark_down_nodes(self, names: list[str], reason: str) -> None:
+        for name in names:
+            self.mark_down(name, reason)
+
+    def resume_nodes(self, names: list[str]) -> None:
+        for name in names:
+            self.resume(name)
+
     def node(self, name: str) -> SchedulerNode:
         facts = NodeFacts.of(self._node(name, fresh=False))
         # (only the description's ALLOCATED or IDLE depends on the count)

@@ -22,6 +22,9 @@ log = logging.getLogger(__name__)
 # Reliability tiers (remediation/history.py) as Slurm places work: lower Weight is picked first, and the feature
 # `reliable` (only on reliable nodes) is what `--constraint=reliable` asks for (docs/fleet.md).
 TIER_WEIGHTS = {"reliable": 1, "standard": 10, "suspect": 100}
+# Nodes named in one `scontrol update`: its argument stays a few KiB (names of 10-20 characters), well inside what a
+# command line and one slurmctld RPC carry.
+BATCH_LIMIT = 256
 RELIABLE_FEATURE = "reliable"
 
 # Slurm's names for the scheduler-neutral records (base.py), which began here.
@@ -29,7 +32,13 @@ SlurmNode = SchedulerNode
 SlurmJob = SchedulerJob
 
 
+def _reason(reason: str) -> str:
+    return (reason if reason.startswith(REASON_PREFIX) else f"{REASON_PREFIX} {reason}")[:200]
+
+
 class Slurm:
+    batch_limit = BATCH_LIMIT  # nodes one drain, mark_down or resume may name (the executor batches up to it)
+
     def __init__(self, transport: Transport, timeout: float = 10.0, retries: int = 2, retry_wait: float = 0.5) -> None:
         self.transport = transport
         self.timeout = timeout
@@ -64,24 +73,46 @@ class Slurm:
         return {str(n.get("name")): n for n in nodes if isinstance(n, dict) and n.get("name")}
 
     def node(self, name: str) -> SlurmNode:
-        record = self._node_records().get(name)
-        if record is None:
+        found = self.nodes([name]).get(name)
+        if found is None:
             raise TransportError(f"Slurm does not describe node {name!r}")
-        base, flags = state_parts(record)
-        return SlurmNode(name, scontrol_state(base, flags), str(record.get("reason") or ""))
+        return found
+
+    def nodes(self, names: list[str]) -> dict[str, SlurmNode]:
+        """The named nodes Slurm describes, from one read (`sinfo --json` lists them all anyway)."""
+        records = self._node_records()
+        found = {}
+        for name in names:
+            if name in records:
+                base, flags = state_parts(records[name])
+                found[name] = SlurmNode(name, scontrol_state(base, flags), str(records[name].get("reason") or ""))
+        return found
 
     def drain(self, name: str, reason: str) -> None:
-        full = reason if reason.startswith(REASON_PREFIX) else f"{REASON_PREFIX} {reason}"
-        self._run(["scontrol", "update", f"NodeName={name}", "State=DRAIN", f"Reason={full[:200]}"])
+        self.drain_nodes([name], reason)
+
+    def drain_nodes(self, names: list[str], reason: str) -> None:
+        """One `scontrol update` for every node named: Slurm takes a list, and it is one RPC to slurmctld however
+        many nodes it names (a storm's drains do not queue behind each other there)."""
+        self._update_nodes(names, "State=DRAIN", f"Reason={_reason(reason)}")
 
     def mark_down(self, name: str, reason: str) -> None:
-        """DOWN: Slurm ends the node's jobs at once (requeueing those that allow it) instead of waiting for a lost
+        self.mark_down_nodes([name], reason)
+
+    def mark_down_nodes(self, names: list[str], reason: str) -> None:
+        """DOWN: Slurm ends the nodes' jobs at once (requeueing those that allow it) instead of waiting for a lost
         node to confirm them."""
-        full = reason if reason.startswith(REASON_PREFIX) else f"{REASON_PREFIX} {reason}"
-        self._run(["scontrol", "update", f"NodeName={name}", "State=DOWN", f"Reason={full[:200]}"])
+        self._update_nodes(names, "State=DOWN", f"Reason={_reason(reason)}")
 
     def resume(self, name: str) -> None:
-        self._run(["scontrol", "update", f"NodeName={name}", "State=RESUME"])
+        self.resume_nodes([name])
+
+    def resume_nodes(self, names: list[str]) -> None:
+        self._update_nodes(names, "State=RESUME")
+
+    def _update_nodes(self, names: list[str], *settings: str) -> None:
+        for start in range(0, len(names), BATCH_LIMIT):
+            self._run(["scontrol", "update", f"NodeName={','.join(names[start : start + BATCH_LIMIT])}", *settings])
 
     def _job_records(self) -> list[dict[str, Any]]:
         """Every job as `squeue --json` describes it: structured, so a job's name is a name and nothing else. (Read

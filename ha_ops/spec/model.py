@@ -229,7 +229,7 @@ class Kubernetes(StrictModel):
     etcd_port: Port = 12379
     service_cidr: Cidr = IPv4Network("10.96.0.0/16")
     # Lab only: how many extra KWOK GPU nodes to register beside the spec's own (scale tests).
-    extra_kwok_nodes: int = Field(default=0, ge=0, le=10_000)
+    extra_kwok_nodes: int = Field(default=0, ge=0, le=30_000)
     # Lab only: hosts of the spec that run a real kubelet with containerd, so pods there run as real containers
     # (ha_ops/lab/kubelets.py). A GPU node named here registers itself instead of through KWOK, with its fake GPUs
     # advertised as `nvidia.com/gpu`; it is tainted so that only the agent, not the lab's pretend workloads, runs there.

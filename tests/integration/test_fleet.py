@@ -72,8 +72,10 @@ def episode_over(lab: Lab, node: str) -> bool:
     return record.phase.value in ("returned", "healthy") or record.reason.startswith("lemon:")
 
 
-def placed(lab: Lab, slurm: Slurm, count: int, *extra: str) -> list[str]:
-    """Submit `count` jobs, each taking a whole node's GPUs, and return the node each runs on ('' if pending)."""
+def placed(lab: Lab, slurm: Slurm, count: int, *extra: str, running: int) -> list[str]:
+    """Submit `count` jobs, each taking a whole node's GPUs, wait until `running` of them run (Slurm starts them one
+    scheduling pass after another: counting fewer read a third job pending that was about to start), and return the
+    node each runs on ('' if pending)."""
     gpus = lab.ctx.layout.node("gpu1").gpus
     ids = []
     for i in range(count):
@@ -81,7 +83,7 @@ def placed(lab: Lab, slurm: Slurm, count: int, *extra: str) -> list[str]:
                 *extra, "--wrap", "sleep 60"]  # fmt: skip
         ids.append(lab.node("gpu1").run(argv).stdout.strip().split(";")[0])
     wait_for("the jobs scheduled", lambda: all(j.state in ("RUNNING", "PENDING") for j in slurm.jobs() if j.id in ids)
-             and sum(j.state == "RUNNING" for j in slurm.jobs() if j.id in ids) >= min(count, 2),
+             and sum(j.state == "RUNNING" for j in slurm.jobs() if j.id in ids) >= running,
              timeout=20, interval=0.2)  # fmt: skip
     nodes = {j.id: (j.nodes[0] if j.state == "RUNNING" and j.nodes else "") for j in slurm.jobs() if j.id in ids}
     lab.node("gpu1").run(["scancel", *ids], check=False)
@@ -104,10 +106,10 @@ def test_incidents_move_placement_and_the_third_makes_a_lemon(lab: Lab, fleet_ru
     assert weight_and_reliable(lab, "gpu1") == weight_and_reliable(lab, "gpu3") == (1, True)
 
     # --constraint=reliable: two whole-node jobs run on gpu1 and gpu3; more wait rather than land on gpu2.
-    constrained = placed(lab, slurm, 3, "--constraint=reliable")
+    constrained = placed(lab, slurm, 3, "--constraint=reliable", running=2)
     assert sorted(n for n in constrained if n) == ["gpu1", "gpu3"] and "gpu2" not in constrained, constrained
     # Unconstrained: the stable nodes are taken first (Weight); gpu2 only gets the third job.
-    free = placed(lab, slurm, 3)
+    free = placed(lab, slurm, 3, running=3)
     assert sorted(free[:2]) == ["gpu1", "gpu3"] and free[2] == "gpu2", free
 
     incident(lab, slurm, "gpu2")

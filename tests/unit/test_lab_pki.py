@@ -12,7 +12,17 @@ from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from ha_ops.lab.context import LabContext
-from ha_ops.lab.kubernetes import GPU_RESOURCE, KWOK_LABEL, RACK_LABEL, ZONE_LABEL, gpu_nodes
+from ha_ops.lab.kubernetes import (
+    GPU_RESOURCE,
+    KWOK_LABEL,
+    MAX_RENEWALS_PER_S,
+    RACK_LABEL,
+    ZONE_LABEL,
+    gpu_nodes,
+    kwok_lease_s,
+    node_monitor_grace_s,
+    services,
+)
 from ha_ops.lab.paths import LabPaths
 from ha_ops.lab.pki import service_account_keys
 from ha_ops.schedulers.kubernetes import POOL_LABEL, SPARE_LABEL, SPARE_TAINT_KEY
@@ -72,3 +82,21 @@ def test_gpu_nodes_carry_their_gpus_and_failure_domains_and_extra_nodes_spread_o
         assert (bool(spare), labels.get(SPARE_LABEL) == "true") == (layout.spare, layout.spare)
     racks = Counter(n["metadata"]["labels"][RACK_LABEL] for n in nodes[len(real) :])
     assert len(racks) == len(spec.failure_domains) and max(racks.values()) - min(racks.values()) <= 1
+
+
+def test_a_lab_of_thousands_of_kwok_nodes_renews_their_leases_less_often_and_waits_longer_for_them(
+    tmp_path: Path,
+) -> None:
+    """25,000 KWOK nodes renewing every 10 s would be 2,500 lease writes a second: the renewals are capped at
+    MAX_RENEWALS_PER_S in all, and kube-controller-manager's grace is two missed renewals; a small lab keeps a
+    kubelet's timing (40 s leases, 20 s grace)."""
+    spec = load_spec(EXAMPLES / "lab.yaml")
+    for extra, lease, grace in ((0, 40, 20), (1_496, 40, 20), (9_996, 200, 100), (24_996, 500, 250)):
+        scaled = spec.model_copy(update={"kubernetes": Kubernetes(extra_kwok_nodes=extra)})
+        ctx = LabContext(scaled, compute_layout(scaled), LabPaths.for_lab(spec.name, base=tmp_path))
+        assert (kwok_lease_s(ctx), node_monitor_grace_s(ctx)) == (lease, grace), extra
+        nodes = len(gpu_nodes(ctx))
+        assert nodes / (kwok_lease_s(ctx) / 4) <= MAX_RENEWALS_PER_S
+        argv = {s.service: s.argv for s in services(ctx)}
+        assert f"--node-lease-duration-seconds={lease}" in argv["kwok"]
+        assert f"--node-monitor-grace-period={grace}s" in argv["kube-controller-manager"]
