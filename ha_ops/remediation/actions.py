@@ -184,7 +184,7 @@ class ActionPipeline:
         out: list[list[Intent]] = []
         open_batch: dict[str, list[Intent]] = {}
         for intent in ready:
-            limit = self.executor.batch_limit(intent.kind)
+            limit = self.executor.batch_limit(intent)
             batch = open_batch.get(intent.kind)
             if limit > 1 and batch is not None and len(batch) < limit:
                 batch.append(intent)
@@ -200,11 +200,12 @@ class ActionPipeline:
             return [self.act(batch[0], token)]
         self.term.lease.check(token)  # a frozen or deposed leader stops here
         names = [i.node for i in batch]
-        before = self.executor.describe(names)
+        read = self.executor.read(names)  # (the audit's "before", and what the batch decides on)
+        before = self.executor.describe(names, read)
         if self.config.safety.dry_run:
             skipped = "dry-run: not carried out"
             return [ActionResult(i, token, "skipped", skipped, before[i.node], before[i.node]) for i in batch]
-        outcomes = self.executor.run_batch(batch)
+        outcomes = self.executor.run_batch(batch, None if isinstance(read, Exception) else read)
         after = self.executor.describe(names)
         results = []
         for intent in batch:

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from ha_ops.remediation.model import Intent
-from ha_ops.schedulers.base import Scheduler, SchedulerNode
+from ha_ops.schedulers.base import Scheduler, SchedulerJob, SchedulerNode
 from ha_ops.util.proc import CommandResult
 
 log = logging.getLogger(__name__)
@@ -78,25 +78,36 @@ class Executor:
             raise ActionFailed(f"no action carries out a {intent.kind!r} intent")
         return handler(self, intent)
 
-    def batch_limit(self, kind: str) -> int:
-        """How many intents of `kind` one batch (run_batch) may carry; 1: each is carried out on its own."""
-        return max(1, self.scheduler.batch_limit) if kind in BATCHES else 1
+    def batch_limit(self, intent: Intent) -> int:
+        """How many intents of `intent`'s kind one batch (run_batch) may carry; 1: each is carried out on its own.
+        A lost node's requeue releases its jobs one by one (each waits for Slurm's next second): on its own."""
+        if intent.kind not in BATCHES or intent.args.get("release"):
+            return 1
+        return max(1, self.scheduler.batch_limit)
 
-    def describe(self, names: list[str]) -> dict[str, str]:
-        """before() of many nodes, from one read."""
+    def read(self, names: list[str]) -> dict[str, SchedulerNode] | Exception:
+        """The nodes as the scheduler describes them, in one read (or why it failed): a batch's "before"."""
         try:
-            found = self.scheduler.nodes(names)
+            return self.scheduler.nodes(names)
         except Exception as exc:
-            return {name: f"unknown ({exc})" for name in names}
+            return exc
+
+    def describe(self, names: list[str], read: dict[str, SchedulerNode] | Exception | None = None) -> dict[str, str]:
+        """before() of many nodes, from one read (`read`, or a new one)."""
+        found = self.read(names) if read is None else read
+        if isinstance(found, Exception):
+            return {name: f"unknown ({found})" for name in names}
         return {name: _described(found[name]) if name in found else "unknown (not described)" for name in names}
 
-    def run_batch(self, intents: list[Intent]) -> dict[str, str | Exception]:
-        """Intents of one kind of BATCHES on different nodes, in one read of the nodes and one scheduler call per
-        reason (a storm's drains share theirs): by intent id, its result line or what failed it. If a call of the
-        batch fails, each intent is carried out on its own: each looks at its node first, so nothing is done twice
-        and one bad node fails only its own intent."""
+    def run_batch(
+        self, intents: list[Intent], read: dict[str, SchedulerNode] | None = None
+    ) -> dict[str, str | Exception]:
+        """Intents of one kind of BATCHES on different nodes, in one read of the nodes (`read`, when the caller has
+        just made it) and one scheduler call per reason (a storm's drains share theirs): by intent id, its result
+        line or what failed it. If a call of the batch fails, each intent is carried out on its own: each looks at
+        its node first, so nothing is done twice and one bad node fails only its own intent."""
         try:
-            return BATCHES[intents[0].kind](self, intents)
+            return BATCHES[intents[0].kind](self, intents, read)
         except Exception as exc:
             log.warning("a batch of %d %s failed (%s): one by one instead", len(intents), intents[0].kind, exc)
         out: dict[str, str | Exception] = {}
@@ -110,9 +121,11 @@ class Executor:
     def _drain(self, intent: Intent) -> str:
         return _one(self._drain_batch([intent]), intent)
 
-    def _drain_batch(self, intents: list[Intent]) -> dict[str, str | Exception]:
+    def _drain_batch(
+        self, intents: list[Intent], read: dict[str, SchedulerNode] | None = None
+    ) -> dict[str, str | Exception]:
         out: dict[str, str | Exception] = {}
-        nodes = self._described_nodes(intents, out)
+        nodes = self._described_nodes(intents, out, read)
         known = [i for i in intents if i.node in nodes]
         # A lost node cannot confirm that its jobs ended: Slurm would hold them COMPLETING for minutes.
         lost = [i for i in known if i.args.get("lost") and "DOWN" not in nodes[i.node].state]
@@ -134,9 +147,11 @@ class Executor:
     def _resume(self, intent: Intent) -> str:
         return _one(self._resume_batch([intent]), intent)
 
-    def _resume_batch(self, intents: list[Intent]) -> dict[str, str | Exception]:
+    def _resume_batch(
+        self, intents: list[Intent], read: dict[str, SchedulerNode] | None = None
+    ) -> dict[str, str | Exception]:
         out: dict[str, str | Exception] = {}
-        nodes = self._described_nodes(intents, out)
+        nodes = self._described_nodes(intents, out, read)
         ready = []
         for intent in (i for i in intents if i.node in nodes):
             node = nodes[intent.node]
@@ -151,23 +166,44 @@ class Executor:
             out.update({i.id: "resumed" for i in ready})
         return out
 
-    def _described_nodes(self, intents: list[Intent], out: dict[str, str | Exception]) -> dict[str, SchedulerNode]:
-        """The intents' nodes from one read; an intent whose node the scheduler does not describe fails in `out`."""
-        nodes = self.scheduler.nodes([i.node for i in intents])
+    def _described_nodes(
+        self, intents: list[Intent], out: dict[str, str | Exception], read: dict[str, SchedulerNode] | None
+    ) -> dict[str, SchedulerNode]:
+        """The intents' nodes from one read (the caller's, or a new one); an intent whose node the scheduler does not
+        describe fails in `out`."""
+        nodes = dict(read) if read is not None else self.scheduler.nodes([i.node for i in intents])
         for intent in intents:
             if intent.node not in nodes:
                 out[intent.id] = ActionFailed(f"the scheduler does not describe node {intent.node!r}")
         return nodes
 
     def _requeue_jobs(self, intent: Intent) -> str:
+        return self._requeue_on(intent, self.scheduler.jobs_on(intent.node), set())
+
+    def _requeue_jobs_batch(
+        self, intents: list[Intent], read: dict[str, SchedulerNode] | None = None
+    ) -> dict[str, str | Exception]:
+        """The nodes' jobs from one read of the jobs (not one per node); a job on several of them is requeued once."""
+        jobs = self.scheduler.jobs()
+        out: dict[str, str | Exception] = {}
+        done: set[str] = set()
+        for intent in intents:
+            try:
+                out[intent.id] = self._requeue_on(intent, [j for j in jobs if intent.node in j.nodes], done)
+            except Exception as exc:
+                out[intent.id] = exc
+        return out
+
+    def _requeue_on(self, intent: Intent, jobs: list[SchedulerJob], done: set[str]) -> str:
+        """Requeue what runs of `jobs` (the node's) and allows it; `done`: the jobs requeued already (by this batch)."""
         requeued, kept, finished = [], [], []
         # A lost node's jobs were requeued by Slurm when it was marked DOWN; it has been fenced since.
         for job_id in intent.args.get("release", []):
             if self.scheduler.job_state(job_id) == "PENDING":
                 self.scheduler.release_requeued(job_id)
                 requeued.append(job_id)
-        for job in self.scheduler.jobs_on(intent.node):
-            if job.state not in ("RUNNING", "CONFIGURING", "COMPLETING"):
+        for job in jobs:
+            if job.state not in ("RUNNING", "CONFIGURING", "COMPLETING") or job.id in done:
                 continue
             if job.state == "COMPLETING" and job.exit_code == 0:
                 # It ran to its end and only its clean-up is left: a requeue would run it all again. (One that
@@ -177,6 +213,7 @@ class Executor:
             if self.scheduler.job_requeueable(job.id):
                 self.scheduler.requeue(job.id)
                 requeued.append(job.id)
+                done.add(job.id)
             else:
                 kept.append(job.id)
         done = f"; finished, left [{', '.join(finished)}]" if finished else ""
@@ -237,7 +274,9 @@ ACTIONS: dict[str, Callable[[Executor, Intent], str]] = {
 
 # The kinds a scheduler may carry out for many nodes in one call (Scheduler.batch_limit: Slurm's `scontrol update`
 # takes a list of nodes), each as a batch of intents.
-BATCHES: dict[str, Callable[[Executor, list[Intent]], dict[str, str | Exception]]] = {
+BatchAction = Callable[[Executor, list[Intent], dict[str, SchedulerNode] | None], dict[str, str | Exception]]
+BATCHES: dict[str, BatchAction] = {
     "drain": Executor._drain_batch,
     "resume": Executor._resume_batch,
+    "requeue_jobs": Executor._requeue_jobs_batch,
 }

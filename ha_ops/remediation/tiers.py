@@ -38,12 +38,12 @@ class TierPublisher:
         self.thread: threading.Thread | None = None
         self._retry: dict[str, float] = {}  # node -> when its refused tier is tried again (this leader's memory)
 
-    def _publisher(self) -> Callable[[str, str], None] | None:
-        """The scheduler's set_reliability, unless tiers are not published (the config, shadow mode, or a scheduler
-        without it)."""
+    def _publisher(self) -> Callable[[dict[str, str]], dict[str, Exception]] | None:
+        """The scheduler's set_reliabilities (a round's tiers in one call: Slurm reads its nodes once for them),
+        unless tiers are not published (the config, shadow mode, or a scheduler without it)."""
         if not self.config.fleet.publish_tiers or self.config.safety.dry_run:
             return None
-        return getattr(self.scheduler, "set_reliability", None)
+        return getattr(self.scheduler, "set_reliabilities", None)
 
     def _due(self) -> list[Due]:
         """(node, tier, why, tier before, token) for the nodes whose tier changed, a round's worth (one pass)."""
@@ -80,17 +80,22 @@ class TierPublisher:
         publish = self._publisher()
         return self._publish(publish, self._due()) if publish is not None else 0
 
-    def _publish(self, publish: Callable[[str, str], None], due: list[Due]) -> int:
+    def _publish(self, publish: Callable[[dict[str, str]], dict[str, Exception]], due: list[Due]) -> int:
         term = self.term
         done = []
-        for name, tier, why, before, token in due:
-            try:
+        try:
+            for token in {d[4] for d in due}:
                 term.lease.check(token)  # a deposed leader publishes nothing
-            except LeaseLost:
-                return 0
-            try:
-                publish(name, tier)
-            except Exception as exc:
+        except LeaseLost:
+            return 0
+        tiers = {name: tier for name, tier, _, _, _ in due}
+        try:
+            failed = publish(tiers)
+        except Exception as exc:  # (the scheduler's read failed: every tier of the round waits for its retry)
+            failed = dict.fromkeys(tiers, exc)
+        for name, tier, why, before, token in due:
+            exc = failed.get(name)
+            if exc is not None:
                 log.warning("reliability tier %s of %s not published (again in %g s): %s", tier, name,
                             TIER_RETRY_S, exc)  # fmt: skip
                 with term.lock:

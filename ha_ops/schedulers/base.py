@@ -96,6 +96,10 @@ class Scheduler(Protocol):
         """Publish the node's reliability tier (`reliable`, `standard`, `suspect`: remediation/history.py) where the
         scheduler places work by it (Slurm: Weight and the feature `reliable`; Kubernetes: a node label)."""
 
+    def set_reliabilities(self, tiers: dict[str, str]) -> dict[str, Exception]:
+        """set_reliability of many nodes (Slurm: one read, one update per group that ends alike); what failed."""
+        ...
+
 
 @runtime_checkable
 class ControllerPing(Protocol):

@@ -517,6 +517,16 @@ class KubernetesScheduler:
             raise ValueError(f"unknown reliability tier {tier!r}")
         self._write_node(name, lambda node: {"metadata": {"labels": {TIER_LABEL: tier}}})
 
+    def set_reliabilities(self, tiers: dict[str, str]) -> dict[str, Exception]:
+        """Each node's label in a write of its own (Nodes are objects of their own); what failed, by node."""
+        failed: dict[str, Exception] = {}
+        for name, tier in tiers.items():
+            try:
+                self.set_reliability(name, tier)
+            except Exception as exc:  # (an API error, a 404, an unknown tier: that node's alone)
+                failed[name] = exc
+        return failed
+
     def set_partition_nodes(self, partition: str, nodes: list[str]) -> None:
         wanted = set(nodes)
         listed = self._call("list nodes", lambda: list(self.client.list(Node, labels={POOL_LABEL: partition})))

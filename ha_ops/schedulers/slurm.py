@@ -217,19 +217,44 @@ class Slurm:
         """The tier's Weight, and the feature `reliable` on a reliable node only, the node's other features kept (read
         first: scontrol replaces the whole list). Idempotent. (Changes made with scontrol last until slurmctld
         restarts without its state or is reconfigured: slurm.conf's values then return; docs/fleet.md.)"""
-        if tier not in TIER_WEIGHTS:
-            raise ValueError(f"unknown reliability tier {tier!r} (one of {', '.join(TIER_WEIGHTS)})")
-        record = self._node_records().get(name)
-        if record is None:
-            raise TransportError(f"Slurm does not describe node {name!r}")
-        argv = ["scontrol", "update", f"NodeName={name}", f"Weight={TIER_WEIGHTS[tier]}"]
-        available = feature_list(record.get("features"))
-        active = feature_list(record.get("active_features"), default=available)
-        want_available = with_reliable(available, tier == "reliable")
-        want_active = with_reliable(active, tier == "reliable")
-        if want_available != available or want_active != active:
-            argv += [f"AvailableFeatures={','.join(want_available)}", f"ActiveFeatures={','.join(want_active)}"]
-        self._run(argv)
+        failed = self.set_reliabilities({name: tier})
+        if name in failed:
+            raise failed[name]
+
+    def set_reliabilities(self, tiers: dict[str, str]) -> dict[str, Exception]:
+        """set_reliability of many nodes in one read of the nodes and one `scontrol update` per group that ends
+        alike (the same Weight and features: a storm's nodes mostly do); what failed, by node."""
+        failed: dict[str, Exception] = {}
+        for name, tier in tiers.items():
+            if tier not in TIER_WEIGHTS:
+                failed[name] = ValueError(f"unknown reliability tier {tier!r} (one of {', '.join(TIER_WEIGHTS)})")
+        records = self._node_records() if len(failed) < len(tiers) else {}
+        groups: dict[tuple[str, ...], list[str]] = {}
+        for name, tier in tiers.items():
+            if name in failed:
+                continue
+            if name not in records:
+                failed[name] = TransportError(f"Slurm does not describe node {name!r}")
+                continue
+            groups.setdefault(reliability_settings(records[name], tier), []).append(name)
+        for settings, names in groups.items():
+            try:
+                self._update_nodes(names, *settings)
+            except (CommandTimeout, CommandFailed) as exc:
+                failed.update(dict.fromkeys(names, exc))
+        return failed
+
+
+def reliability_settings(record: dict[str, Any], tier: str) -> tuple[str, ...]:
+    """What `scontrol update` sets for the tier: its Weight, and the feature lists where `reliable` must come or go."""
+    settings = [f"Weight={TIER_WEIGHTS[tier]}"]
+    available = feature_list(record.get("features"))
+    active = feature_list(record.get("active_features"), default=available)
+    want_available = with_reliable(available, tier == "reliable")
+    want_active = with_reliable(active, tier == "reliable")
+    if want_available != available or want_active != active:
+        settings += [f"AvailableFeatures={','.join(want_available)}", f"ActiveFeatures={','.join(want_active)}"]
+    return tuple(settings)
 
 
 def feature_list(value: Any, default: list[str] | None = None) -> list[str]:

@@ -166,11 +166,13 @@ def one_run(slurm: SlurmEmulator, names: list[str], failing: int, run: int) -> t
         victims = random.Random(run).sample(names, failing)
         seen: dict[str, float] = {}
         sent: dict[str, float] = {}
+        answered: dict[str, float] = {}  # each report answered: its decision written
 
         def agent(node: str) -> None:
             sent[node] = time.time()
             body = report(node, 1, True).model_copy(update={"agent_id": f"agent-{node}", "sent_at": sent[node]})
             post(f"{url}/v1/reports", body.model_dump_json().encode())
+            answered[node] = time.time()
 
         with ThreadPoolExecutor(max_workers=failing) as pool:
             futures = [pool.submit(agent, n) for n in victims]
@@ -187,6 +189,9 @@ def one_run(slurm: SlurmEmulator, names: list[str], failing: int, run: int) -> t
             raise SystemExit(f"{len(missing)} nodes never drained, e.g. {sorted(missing)[:5]}")
         latencies = [seen[n] - sent[n] for n in victims]
         span = max(seen[n] for n in victims) - min(sent.values())
+        answers = [answered[n] - sent[n] for n in victims]
+        print(f"  reports answered (decided and written) p50 {percentile(answers, 0.5):.2f} s "
+              f"p99 {percentile(answers, 0.99):.2f} s", flush=True)  # fmt: skip
         return latencies, failing / span
     finally:
         proc.terminate()

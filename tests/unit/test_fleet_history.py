@@ -362,6 +362,15 @@ class TieredSlurm:
             raise TransportError("scontrol: Unable to contact slurm controller")
         self.published.append((name, tier))
 
+    def set_reliabilities(self, tiers: dict[str, str]) -> dict[str, Exception]:
+        failed: dict[str, Exception] = {}
+        for name, tier in tiers.items():
+            try:
+                self.set_reliability(name, tier)
+            except TransportError as exc:
+                failed[name] = exc
+        return failed
+
 
 @pytest.fixture
 def tiered(tmp_path: Path) -> tuple[Rig, TieredSlurm]:

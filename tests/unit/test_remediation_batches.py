@@ -12,6 +12,7 @@ from ha_ops.errors import CommandFailed
 from ha_ops.remediation.actions import ActionPipeline
 from ha_ops.remediation.executor import Executor
 from ha_ops.remediation.model import Intent
+from ha_ops.schedulers.base import SchedulerJob
 from ha_ops.schedulers.kubernetes import KubernetesScheduler
 from ha_ops.schedulers.slurm import BATCH_LIMIT, Slurm, expand_hostlist
 from ha_ops.util.proc import CommandResult
@@ -46,6 +47,8 @@ class SlurmTable:
         settings = dict(a.split("=", 1) for a in argv[3:])
         for name in names:
             record = self.nodes[name]
+            if "State" not in settings:
+                continue  # (a tier's Weight and features: recorded in calls)
             if settings["State"] == "RESUME":
                 record.update(state_flags=[], reason="")
             elif settings["State"] == "DOWN":
@@ -131,8 +134,38 @@ def test_slurm_splits_a_long_list_and_kubernetes_takes_one_node_a_call() -> None
     Slurm(table).drain_nodes(names, "ha-ops: x")
     assert [len(c[2].split(",")) for c in table.updates()] == [BATCH_LIMIT, 10]
     assert KubernetesScheduler.batch_limit == 1
-    assert executor_over(table).batch_limit("drain") == BATCH_LIMIT
-    assert executor_over(table).batch_limit("requeue_jobs") == 1
+    executor = executor_over(table)
+    assert executor.batch_limit(drain("gpu1")) == BATCH_LIMIT
+    assert executor.batch_limit(Intent(id="r", node="gpu1", kind="requeue_jobs", why="x")) == BATCH_LIMIT
+    # A lost node's requeue releases its jobs one by one, each waiting for Slurm's next second: on its own.
+    lost = Intent(id="l", node="gpu1", kind="requeue_jobs", why="x", args={"release": ["7"]})
+    assert executor.batch_limit(lost) == 1
+    assert executor.batch_limit(Intent(id="v", node="gpu1", kind="validate", why="x")) == 1
+
+
+def test_a_batch_of_requeues_reads_the_jobs_once_and_requeues_a_job_on_two_of_its_nodes_once() -> None:
+    jobs = [SchedulerJob("11", "RUNNING", ("gpu1", "gpu2")), SchedulerJob("12", "RUNNING", ("gpu3",)),
+            SchedulerJob("13", "PENDING", ()), SchedulerJob("14", "RUNNING", ("gpu4",))]  # fmt: skip
+
+    class Jobs:
+        reads, requeued = 0, []  # type: ignore[var-annotated]
+
+        def jobs(self) -> list[SchedulerJob]:
+            Jobs.reads += 1
+            return jobs
+
+        def job_requeueable(self, job_id: str) -> bool:
+            return True
+
+        def requeue(self, job_id: str) -> None:
+            Jobs.requeued.append(job_id)
+
+    executor = Executor(Jobs(), node_ops=None, partition="gpu")  # type: ignore[arg-type]
+    intents = [Intent(id=n, node=n, kind="requeue_jobs", why="x") for n in ("gpu1", "gpu2", "gpu3")]
+    out = executor.run_batch(intents)
+    assert Jobs.reads == 1 and Jobs.requeued == ["11", "12"]
+    assert out["gpu1"].startswith("requeued [11]") and out["gpu2"].startswith("requeued []")  # type: ignore[union-attr]
+    assert out["gpu3"].startswith("requeued [12]")  # type: ignore[union-attr]
 
 
 def test_the_pipeline_batches_drains_each_batch_one_slot_and_everything_else_alone() -> None:
@@ -164,10 +197,26 @@ def test_a_storm_on_slurm_is_drained_in_a_few_calls_each_node_audited_once(tmp_p
     assert all(r["state_flags"] == ["DRAIN"] for r in table.nodes.values())
     drains = [c for c in table.updates() if "State=DRAIN" in c]
     assert len(drains) == 1 and len(drains[0][2].split(",")) == 40, drains
-    # The batch first (each node's requeue waits for its drain): a read for the audit's "before", one to decide,
-    # the update, a read for the audit's "after".
+    # The batch first (each node's requeue waits for its drain): one read (the audit's "before", and what the batch
+    # decides on), the update, one read for the audit's "after".
     read = ["sinfo", "--json"]
-    assert table.calls[:4] == [read, read, drains[0], read], table.calls[:4]
+    assert table.calls[:3] == [read, drains[0], read], table.calls[:3]
     entries = [e for e in rig.audit() if e["what"] == "drain"]
     assert sorted(e["node"] for e in entries) == sorted(nodes)
     assert all(e["before"] == "IDLE" and e["after"].startswith("IDLE+DRAIN") for e in entries), entries[0]
+
+
+def test_slurm_publishes_a_rounds_tiers_in_one_read_and_one_update_per_group_that_ends_alike() -> None:
+    table = SlurmTable(["gpu1", "gpu2", "gpu3", "gpu4"])
+    for record in table.nodes.values():
+        record.update(features="gpu,reliable", active_features="gpu,reliable")
+    table.nodes["gpu3"].update(features="gpu,a100,reliable", active_features="gpu,a100,reliable")
+    failed = Slurm(table).set_reliabilities({"gpu1": "standard", "gpu2": "standard", "gpu3": "standard",
+                                             "gpu4": "reliable", "ghost": "standard", "gpu9": "gold"})  # fmt: skip
+    assert set(failed) == {"ghost", "gpu9"} and "unknown reliability tier 'gold'" in str(failed["gpu9"])
+    assert table.reads() == 1
+    assert [c[2:] for c in table.updates()] == [
+        ["NodeName=gpu1,gpu2", "Weight=10", "AvailableFeatures=gpu", "ActiveFeatures=gpu"],
+        ["NodeName=gpu3", "Weight=10", "AvailableFeatures=gpu,a100", "ActiveFeatures=gpu,a100"],
+        ["NodeName=gpu4", "Weight=1"],
+    ]

@@ -80,7 +80,7 @@ class StubExecutor:
         self.validate = "pass"
         self.die_before: str | None = None
 
-    def batch_limit(self, kind: str) -> int:
+    def batch_limit(self, intent: Intent) -> int:
         return 1  # each intent on its own (the real executor's batches: test_remediation_batches.py)
 
     def before(self, intent: Intent) -> str:

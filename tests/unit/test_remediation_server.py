@@ -43,7 +43,7 @@ class StubExecutor:
         self.scheduler = StubSlurm()
         self.calls: list[str] = []
 
-    def batch_limit(self, kind: str) -> int:
+    def batch_limit(self, intent: Intent) -> int:
         return 1  # each intent on its own (the real executor's batches: test_remediation_batches.py)
 
     def before(self, intent: Intent) -> str:
