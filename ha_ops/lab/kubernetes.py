@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import base64
 import dataclasses
-import math
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from lightkube import ApiError, Client, codecs
 from lightkube.resources.core_v1 import Namespace, Node
 from lightkube.resources.rbac_authorization_v1 import ClusterRoleBinding
 
+from ha_ops.lab import kwok
 from ha_ops.lab.context import LabContext, ServiceDef
 from ha_ops.lab.pki import service_account_keys
 from ha_ops.schedulers.kubernetes import POOL_LABEL, SPARE_LABEL, SPARE_TAINT_KEY, client_from_kubeconfig
@@ -44,14 +44,12 @@ LOOPBACK = "127.0.0.1"
 SERVICE_PORT = 443
 CONTROLLER_USER = "ha-ops:controller"
 CONTROLLER_NAMESPACE = "ha-ops"
-# Lab timing, as the controllers' LAB_LADDER: a node whose kubelet stopped is NotReady after 20 s, not the default
-# 50 s. Kubelets and KWOK renew their node leases every 10 s (a quarter of 40 s), so two renewals must be missed.
-NODE_MONITOR_GRACE_S = 20
-LEASE_S = 40
-# A lab of thousands of KWOK nodes (scale benchmarks) renews their leases less often: at most this many renewals a
-# second in all (25,000 nodes renewing every 10 s would be 2,500 writes a second, more than the whole 2-core machine
-# serves), with kube-controller-manager's grace grown to match.
-MAX_RENEWALS_PER_S = 200
+
+
+def node_count(ctx: LabContext) -> int:
+    """The GPU nodes the lab's Kubernetes holds: the spec's and the extra KWOK ones."""
+    assert ctx.spec.kubernetes is not None
+    return len(ctx.layout.nodes_with_role("gpu")) + ctx.spec.kubernetes.extra_kwok_nodes
 
 
 def enabled(ctx: LabContext) -> bool:
@@ -128,6 +126,7 @@ def prepare(ctx: LabContext) -> None:
         cert = ca.issue("client-controller", CONTROLLER_USER)
         config = kubeconfig(in_node_server(ctx), ca.paths.cert, cert.cert, cert.key, CONTROLLER_USER)
         write_atomic(controller_kubeconfig_path(ctx), yaml.safe_dump(config, sort_keys=False), mode=0o600)
+    write_atomic(folder(ctx) / "kwok.yaml", yaml.safe_dump(kwok.configuration(node_count(ctx)), sort_keys=False))
 
 
 def grant_controllers(ctx: LabContext, api: Client) -> None:
@@ -227,37 +226,25 @@ def services(ctx: LabContext) -> list[ServiceDef]:
         "controller-manager", "kube-controller-manager",
         f"--service-account-private-key-file={pki / 'sa.key'}", f"--root-ca-file={pki / 'ca.crt'}",
         "--use-service-account-credentials=true", f"--cert-dir={k8s / 'controller-manager-certs'}",
-        f"--node-monitor-grace-period={node_monitor_grace_s(ctx)}s", "--node-monitor-period=2s",
+        f"--node-monitor-grace-period={kwok.node_monitor_grace_s(node_count(ctx))}s", "--node-monitor-period=2s",
         # Its client's default rate (20/s, bursts of 30) clears a large lab's not-ready taints a few a second.
         "--kube-api-qps=200", "--kube-api-burst=400",
     )  # fmt: skip
     scheduler = component("scheduler", "kube-scheduler")
-    kwok = [
+    kwok_argv = [
         str(tool("kwok")), f"--kubeconfig={k8s / 'kwok.kubeconfig'}", f"--config={tool('kwok-stages.yaml')}",
+        f"--config={k8s / 'kwok.yaml'}",
         "--manage-all-nodes=false", f"--manage-nodes-with-label-selector={KWOK_LABEL}=fake",
         f"--node-ip={LOOPBACK}", "--cidr=10.244.0.1/16", f"--server-address={LOOPBACK}:{api_port + 2}",
-        f"--node-lease-duration-seconds={kwok_lease_s(ctx)}",
+        f"--node-lease-duration-seconds={kwok.lease_s(node_count(ctx))}",
     ]  # fmt: skip
     return [
         ServiceDef("host", "etcd", etcd, logs / "etcd.log"),
         ServiceDef("host", "kube-apiserver", apiserver, logs / "kube-apiserver.log"),
         ServiceDef("host", "kube-controller-manager", controller_manager, logs / "kube-controller-manager.log"),
         ServiceDef("host", "kube-scheduler", scheduler, logs / "kube-scheduler.log"),
-        ServiceDef("host", "kwok", kwok, logs / "kwok.log"),
+        ServiceDef("host", "kwok", kwok_argv, logs / "kwok.log"),
     ]
-
-
-def kwok_lease_s(ctx: LabContext) -> int:
-    """KWOK's node lease duration (renewed every quarter of it): a kubelet's 40 s up to MAX_RENEWALS_PER_S nodes
-    every 10 s; longer above (25,000 nodes: 500 s, renewed every 125 s)."""
-    assert ctx.spec.kubernetes is not None
-    nodes = len(ctx.layout.nodes_with_role("gpu")) + ctx.spec.kubernetes.extra_kwok_nodes
-    return max(LEASE_S, 4 * math.ceil(nodes / MAX_RENEWALS_PER_S))
-
-
-def node_monitor_grace_s(ctx: LabContext) -> int:
-    """Two missed renewals of the lab's longest node lease (KWOK's; a real kubelet's is 40 s)."""
-    return max(NODE_MONITOR_GRACE_S, kwok_lease_s(ctx) // 2)
 
 
 def kubeconfig(server: str, ca: Path, cert: Path, key: Path, user: str) -> dict[str, Any]:

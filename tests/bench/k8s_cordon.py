@@ -92,6 +92,18 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
+def stop_process(proc: subprocess.Popen, grace_s: float) -> bool:  # type: ignore[type-arg]
+    """SIGTERM, then SIGKILL after `grace_s`; whether it stopped of itself."""
+    proc.terminate()
+    try:
+        proc.wait(grace_s)
+        return True
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)
+        return False
+
+
 def post(url: str, body: bytes) -> None:
     request = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(request, timeout=30) as answer:
@@ -170,12 +182,7 @@ def one_run(lab: Lab, api: Client, nodes: list[str], failing: int, stagger: bool
             "answered_p99": percentile([answered[n] - sent[n] for n in victims], 0.99),
         }  # fmt: skip
     finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
+        if not stop_process(proc, 30):
             print("  (the controller did not stop within 30 s of SIGTERM: killed)")
         log.close()
         # Every node the run took out returned (the cordoned ones only: one list, not a read of all 1,500).

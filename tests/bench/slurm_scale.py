@@ -30,7 +30,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -41,17 +40,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from ha_ops.schedulers.slurm import expand_hostlist
 from ha_ops.util.wait import wait_for
 from tests.bench.controller import percentile, report
-from tests.bench.k8s_cordon import _leading
+from tests.bench.k8s_cordon import _leading, free_port, post, stop_process
 
 SAFETY = {"breaker_max_nodes": 400, "breaker_max_fraction": 0.3, "max_cordons_per_minute": 1000}
 POLL_S = 0.05
 SLURMD_PORTS = 21001  # the first node's slurmd port; one port a node from there
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def node_names(count: int) -> list[str]:
@@ -130,12 +123,7 @@ class SlurmEmulator:
 
     def stop(self) -> None:
         for proc in reversed(self.procs):
-            proc.terminate()
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(5)
+            stop_process(proc, 15)
 
 
 def controller_config(work: Path, names: list[str], port: int, run: int) -> dict:
@@ -144,12 +132,6 @@ def controller_config(work: Path, names: list[str], port: int, run: int) -> dict
         "state_dir": str(work / f"controller-{run}"), "pools": {"gpu": {"nodes": names}}, "safety": SAFETY,
         "slurm_fence": {"enabled": False},  # one controller, nothing to fence
     }  # fmt: skip
-
-
-def post(url: str, body: bytes) -> None:
-    request = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=60) as answer:
-        answer.read()
 
 
 def one_run(slurm: SlurmEmulator, names: list[str], failing: int, run: int) -> tuple[list[float], float]:
@@ -194,12 +176,7 @@ def one_run(slurm: SlurmEmulator, names: list[str], failing: int, run: int) -> t
               f"p99 {percentile(answers, 0.99):.2f} s", flush=True)  # fmt: skip
         return latencies, failing / span
     finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
+        stop_process(proc, 30)
         log.close()
         slurm.resume_all()
 

@@ -11,16 +11,15 @@ from pathlib import Path
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from ha_ops.lab import kwok
 from ha_ops.lab.context import LabContext
 from ha_ops.lab.kubernetes import (
     GPU_RESOURCE,
     KWOK_LABEL,
-    MAX_RENEWALS_PER_S,
     RACK_LABEL,
     ZONE_LABEL,
     gpu_nodes,
-    kwok_lease_s,
-    node_monitor_grace_s,
+    node_count,
     services,
 )
 from ha_ops.lab.paths import LabPaths
@@ -88,15 +87,19 @@ def test_a_lab_of_thousands_of_kwok_nodes_renews_their_leases_less_often_and_wai
     tmp_path: Path,
 ) -> None:
     """25,000 KWOK nodes renewing every 10 s would be 2,500 lease writes a second: the renewals are capped at
-    MAX_RENEWALS_PER_S in all, and kube-controller-manager's grace is two missed renewals; a small lab keeps a
-    kubelet's timing (40 s leases, 20 s grace)."""
+    MAX_RENEWALS_PER_S in all, kube-controller-manager's grace is two missed renewals, and KWOK gets a worker per 500
+    nodes; a small lab keeps a kubelet's timing (40 s leases, 20 s grace) and KWOK's 4 workers."""
     spec = load_spec(EXAMPLES / "lab.yaml")
-    for extra, lease, grace in ((0, 40, 20), (1_496, 40, 20), (9_996, 200, 100), (24_996, 500, 250)):
+    for extra, lease, grace, workers in ((0, 40, 20, 4), (1_496, 40, 20, 4), (9_996, 200, 100, 20),
+                                         (24_996, 500, 250, 50)):  # fmt: skip
         scaled = spec.model_copy(update={"kubernetes": Kubernetes(extra_kwok_nodes=extra)})
         ctx = LabContext(scaled, compute_layout(scaled), LabPaths.for_lab(spec.name, base=tmp_path))
-        assert (kwok_lease_s(ctx), node_monitor_grace_s(ctx)) == (lease, grace), extra
         nodes = len(gpu_nodes(ctx))
-        assert nodes / (kwok_lease_s(ctx) / 4) <= MAX_RENEWALS_PER_S
+        assert node_count(ctx) == nodes
+        assert (kwok.lease_s(nodes), kwok.node_monitor_grace_s(nodes)) == (lease, grace), extra
+        assert nodes / (kwok.lease_s(nodes) / 4) <= kwok.MAX_RENEWALS_PER_S
         argv = {s.service: s.argv for s in services(ctx)}
         assert f"--node-lease-duration-seconds={lease}" in argv["kwok"]
         assert f"--node-monitor-grace-period={grace}s" in argv["kube-controller-manager"]
+        options = kwok.configuration(nodes)["options"]
+        assert options["nodeLeaseParallelism"] == options["nodePlayStageParallelism"] == workers
