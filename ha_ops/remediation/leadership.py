@@ -26,6 +26,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# Records new to the state (stored nowhere yet) that a takeover still writes before its core; more are written just
+# after it (a fleet of 25,000 first led: 256 shards, longer than a lease term on a busy API server).
+PRELOAD_AT_TAKEOVER = 5_000
+
 
 class Leadership:
     def __init__(
@@ -170,10 +174,15 @@ class Leadership:
             term.audit(token, "audit_chain_broken", None, "; ".join(problems[:5])[:2000], f"seq {state.audit_seq}",
                        "the chain goes on from the state's head")  # fmt: skip
         term.snapshots.begin_term()  # (the term's first write is snapshotted: a state that loaded)
-        term.save()
+        # A large fleet new to the state (25,000 fresh records: 256 shards of them) has its records written right
+        # after the takeover, in the background: on a busy API server they took longer than a lease term.
+        defer = stored.may_defer_preload() and len(term.nodes.preload) > PRELOAD_AT_TAKEOVER
+        term.save(defer_preload=defer)
         pending = len(state.pending())
         if (was := self.blocked.cleared()) is not None:
             log.warning("%s took over after %d failed attempt(s) since %.0f: %s", self.config.id, was.attempts,
                         was.since, was.error)  # fmt: skip
         log.warning("%s is the leader (token %d); %d pending intent(s) to finish", self.config.id, token, pending)
+        if defer:
+            term.flush_in_background()
         self.on_term()

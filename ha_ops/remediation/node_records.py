@@ -79,6 +79,13 @@ class Stored:
     shards: dict[int, dict[str, str]] = field(default_factory=dict)
     journal: dict[str, str] = field(default_factory=dict)
     stale: set[int] = field(default_factory=set)  # shards found beside no state: rewritten at the first compaction
+    migrating: bool = False  # read from a state of version 1: every record is in that one document
+
+    def may_defer_preload(self) -> bool:
+        """Whether a new leader may write its core before the records stored nowhere yet (the preload): only when
+        each of them is one the next takeover makes again alike (a node new to the state). Not from a state of
+        version 1, whose records the core would replace, nor beside stale shards, which the core would adopt."""
+        return not self.migrating and not self.stale
 
 
 class NodeWriter:

@@ -92,7 +92,7 @@ def load_stored(documents: Documents, name: str = "state.json") -> tuple[Control
         # Writes replace the whole, so this is damage from outside: refuse rather than forget what was done.
         raise StateError(f"{where} is unreadable ({exc}); restore it or move it away") from exc
     if isinstance(data, dict) and data.get("version") == 1:  # one document, every record in it (before issue 43)
-        return parse_state(data, where), Stored()
+        return parse_state(data, where), Stored(migrating=True)
     state = parse_state(data, where)
     stored = Stored(journal={n: record_text(r) for n, r in state.nodes.items()})
     journaled = dict(state.nodes)

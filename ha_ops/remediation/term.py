@@ -136,11 +136,13 @@ class Term:
         return self.audit_log.intents_as_written() | {e["intent"] for e in self._unaudited if e.get("intent")}
 
     # --- writing ---------------------------------------------------------------------------------------------
-    def save(self) -> None:
-        """Write the state now (under the lock)."""
-        self._write(self._snapshot())
+    def save(self, defer_preload: bool = False) -> None:
+        """Write the state now (under the lock); `defer_preload`: the core alone, the records stored nowhere yet
+        left to the next write (a new leader of 25,000 nodes on Kubernetes: 256 shards of fresh records take the
+        API server many seconds, longer than the lease allows a takeover)."""
+        self._write(self._snapshot(defer_preload))
 
-    def _snapshot(self) -> Snapshot | None:
+    def _snapshot(self, defer_preload: bool = False) -> Snapshot | None:
         """Under the lock: the state to write, or None when it is written already. Finished intents are audited
         first: the state records the log's head."""
         assert self.state is not None and self.token is not None
@@ -156,7 +158,7 @@ class Term:
         self.nodes.collect(self.state)  # (only the records that changed: a heartbeat's freshness is not written)
         snapshot = core_text(self.state, self.nodes.journal_json())
         compact = dict(self.nodes.journal) if self.nodes.due() else None
-        preload = dict(self.nodes.preload) if self.nodes.preload or self.nodes.stale else None
+        preload = dict(self.nodes.preload) if (self.nodes.preload or self.nodes.stale) and not defer_preload else None
         if snapshot == self._saved and compact is None and preload is None:  # (an idle tick: no write, no fsync)
             self._committed = max(self._committed, self._decisions)
             self._durable_below = max(self._durable_below, self.state.next_intent)

@@ -13,6 +13,7 @@ import pytest
 
 from ha_ops.remediation.config import StateSnapshots
 from ha_ops.remediation.documents import DirectoryDocuments
+from ha_ops.remediation.leadership import PRELOAD_AT_TAKEOVER
 from ha_ops.remediation.model import LastReport
 from ha_ops.remediation.node_records import FOLDER, JOURNAL_RECORDS, SHARDS, durable_key, shard_document, shard_of
 from ha_ops.remediation.store import load_state, state_text
@@ -259,3 +260,23 @@ def test_on_configmaps_no_object_is_over_256_kib_and_a_successor_loads_every_rec
     assert {n: durable_key(r) for n, r in successor.state.nodes.items()} == {
         n: durable_key(r) for n, r in first.state.nodes.items()
     }
+
+
+def test_a_large_fleet_first_led_writes_its_core_at_the_takeover_and_its_records_right_after(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """25,000 nodes new to the state are 256 shards to write: on a busy API server longer than a lease term, so the
+    takeover writes its core alone and the records follow in the background (PRELOAD_AT_TAKEOVER). (A new leader
+    dead in between loses nothing: each record is one a takeover makes fresh from the config.)"""
+    writes = Writes(monkeypatch)
+    names = fleet(PRELOAD_AT_TAKEOVER + 1)
+    rig = Rig(tmp_path, nodes=names, spares=())
+    rig.c.lease_step()
+    first = [name for name, _ in writes.since(0)]
+    assert first[0] == "state.json"  # the core first, not after 256 shards
+    assert rig.c.is_leader
+    flush = rig.c.term._flushing
+    assert flush.acquire(timeout=60)  # the background write of the records is done
+    flush.release()
+    assert stored(rig) == held(rig) and len(stored(rig)) == len(names)
+    assert {n for n, _ in writes.since(0) if n.startswith(f"{FOLDER}/")} == {shard_document(i) for i in range(SHARDS)}
