@@ -173,6 +173,11 @@ class Leadership:
             log.error("the audit log is not intact: %s", "; ".join(problems[:5]))
             term.audit(token, "audit_chain_broken", None, "; ".join(problems[:5])[:2000], f"seq {state.audit_seq}",
                        "the chain goes on from the state's head")  # fmt: skip
+        # Loading a large state takes a new leader a while (25,000 nodes on Kubernetes: longer than a 3 s lease):
+        # the lease is renewed before the term's first write, so that the write is not refused for a term the
+        # loading used up. (Renewed as the holder, with the same token: nobody else took it meanwhile.)
+        if not self.lease.acquire_or_renew() or self.lease.token != token:
+            raise LeaseLost(f"{self.config.id} lost the lease while taking over")
         term.snapshots.begin_term()  # (the term's first write is snapshotted: a state that loaded)
         # A large fleet new to the state (25,000 fresh records: 256 shards of them) has its records written right
         # after the takeover, in the background: on a busy API server they took longer than a lease term.

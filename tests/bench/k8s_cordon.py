@@ -135,9 +135,12 @@ def one_run(lab: Lab, api: Client, nodes: list[str], failing: int, stagger: bool
                             stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_for("the controller leading", lambda: _leading(url), timeout=60, interval=0.2)
+        # (25,000 nodes: its first list of the Nodes, through an API server that serves 40 drains a second, takes
+        # minutes, not seconds)
+        startup_s = max(60.0, len(nodes) / 50)
+        wait_for("the controller leading", lambda: _leading(url), timeout=startup_s, interval=0.2)
         # As a controller that has run a while: its watches of the nodes and pods have their first lists in.
-        wait_for("the controller's watches listed", lambda: _watches_synced(url), timeout=60, interval=0.2)
+        wait_for("the controller's watches listed", lambda: _watches_synced(url), timeout=startup_s, interval=0.2)
         victims = random.Random(failing).sample(nodes, failing)
         delays = {n: random.uniform(0, STAGGER_S) if stagger else 0.0 for n in victims}
         seen: dict[str, float] = {}
