@@ -14,6 +14,7 @@ from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from contextlib import suppress
 from dataclasses import dataclass
+from functools import partial
 
 from ha_ops.remediation.config import ControllerConfig
 from ha_ops.remediation.executor import ActionFailed, Executor
@@ -205,7 +206,8 @@ class ActionPipeline:
         if self.config.safety.dry_run:
             skipped = "dry-run: not carried out"
             return [ActionResult(i, token, "skipped", skipped, before[i.node], before[i.node]) for i in batch]
-        outcomes = self.executor.run_batch(batch, None if isinstance(read, Exception) else read)
+        fenced = partial(self.term.lease.check, token)  # (before each, if the batch goes one by one)
+        outcomes = self.executor.run_batch(batch, None if isinstance(read, Exception) else read, fenced)
         after = self.executor.describe(names)
         results = []
         for intent in batch:

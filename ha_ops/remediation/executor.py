@@ -8,6 +8,7 @@ import logging
 from collections.abc import Callable
 from typing import Protocol
 
+from ha_ops.errors import CommandTimeout
 from ha_ops.remediation.model import Intent
 from ha_ops.schedulers.base import Scheduler, SchedulerJob, SchedulerNode
 from ha_ops.util.proc import CommandResult
@@ -100,20 +101,29 @@ class Executor:
         return {name: _described(found[name]) if name in found else "unknown (not described)" for name in names}
 
     def run_batch(
-        self, intents: list[Intent], read: dict[str, SchedulerNode] | None = None
+        self,
+        intents: list[Intent],
+        read: dict[str, SchedulerNode] | None = None,
+        before_each: Callable[[], None] = lambda: None,
     ) -> dict[str, str | Exception]:
         """Intents of one kind of BATCHES on different nodes, in one read of the nodes (`read`, when the caller has
         just made it) and one scheduler call per reason (a storm's drains share theirs): by intent id, its result
-        line or what failed it. If a call of the batch fails, each intent is carried out on its own: each looks at
-        its node first, so nothing is done twice and one bad node fails only its own intent."""
+        line or what failed it. If a call of the batch fails, each intent is carried out on its own, behind
+        `before_each` (the fencing check: a LeaseLost it raises ends the batch): each looks at its node first, so
+        nothing is done twice and one bad node fails only its own intent. A scheduler that does not answer in time
+        fails the rest at once (each would wait as long; the pipeline retries them)."""
         try:
             return BATCHES[intents[0].kind](self, intents, read)
         except Exception as exc:
             log.warning("a batch of %d %s failed (%s): one by one instead", len(intents), intents[0].kind, exc)
         out: dict[str, str | Exception] = {}
         for intent in intents:
+            before_each()
             try:
                 out[intent.id] = self.run(intent)
+            except CommandTimeout as exc:
+                out.update({i.id: exc for i in intents if i.id not in out})
+                break
             except Exception as exc:
                 out[intent.id] = exc
         return out

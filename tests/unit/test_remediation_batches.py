@@ -7,10 +7,14 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
-from ha_ops.errors import CommandFailed
+import pytest
+
+from ha_ops.errors import CommandFailed, CommandTimeout
 from ha_ops.remediation.actions import ActionPipeline
 from ha_ops.remediation.executor import Executor
+from ha_ops.remediation.lease import LeaseLost
 from ha_ops.remediation.model import Intent
 from ha_ops.schedulers.base import SchedulerJob
 from ha_ops.schedulers.kubernetes import KubernetesScheduler
@@ -220,3 +224,34 @@ def test_slurm_publishes_a_rounds_tiers_in_one_read_and_one_update_per_group_tha
         ["NodeName=gpu3", "Weight=10", "AvailableFeatures=gpu,a100", "ActiveFeatures=gpu,a100"],
         ["NodeName=gpu4", "Weight=1"],
     ]
+
+
+def test_a_batch_gone_one_by_one_checks_the_lease_before_each_and_stops_at_a_scheduler_that_does_not_answer() -> None:
+    table = SlurmTable(["gpu1", "gpu9", "gpu3", "gpu4"], refused=frozenset({"gpu9"}))
+    checks: list[str] = []
+    out = executor_over(table).run_batch([drain(n) for n in ("gpu1", "gpu9", "gpu3")], None,
+                                         lambda: checks.append("checked"))  # fmt: skip
+    assert checks == ["checked"] * 3 and out["d-gpu1"] == out["d-gpu3"] == "drained"
+    # A deposed leader: the check raises, and nothing more is carried out.
+    table = SlurmTable(["gpu1", "gpu9", "gpu3"], refused=frozenset({"gpu9"}))
+
+    def deposed() -> None:
+        raise LeaseLost("not the leader")
+
+    with pytest.raises(LeaseLost):
+        executor_over(table).run_batch([drain(n) for n in ("gpu1", "gpu9", "gpu3")], None, deposed)
+    assert all(r["state_flags"] == [] for r in table.nodes.values())
+    # slurmctld hung after the read: the first one alone waits for its timeout, the rest fail with it at once.
+    table = SlurmTable(["gpu1", "gpu2", "gpu3"])
+    attempts: list[list[str]] = []
+
+    def hung(argv: Any, **_: Any) -> CommandResult:
+        if argv[0] == "scontrol":
+            attempts.append(list(argv))
+            raise CommandTimeout(list(argv), 10.0)
+        return SlurmTable.run(table, argv)
+
+    table.run = hung  # type: ignore[method-assign]
+    out = executor_over(table).run_batch([drain(n) for n in ("gpu1", "gpu2", "gpu3")])
+    assert all(isinstance(out[f"d-{n}"], CommandTimeout) for n in ("gpu1", "gpu2", "gpu3"))
+    assert [a[2] for a in attempts] == ["NodeName=gpu1,gpu2,gpu3", "NodeName=gpu1"]  # the list, then gpu1 alone
