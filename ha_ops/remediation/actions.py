@@ -87,8 +87,8 @@ class ActionPipeline:
         costs a few writes, not 300. A leader that dies between a drain and its write leaves the intent pending: its
         successor runs it again, and the executor finds the node drained and audits it once."""
         term = self.term
-        running: dict[Future[list[ActionResult]], list[Intent]] = {}  # each a batch (a drain or resume of many
-        # nodes in one scheduler call, where the scheduler takes a list), or one intent
+        running: dict[Future[list[ActionResult]], list[Intent]] = {}  # each a batch (drains, resumes or requeues
+        # of many nodes in one scheduler call, where the scheduler takes a list), or one intent
         unwritten = False  # results recorded since the last write
         flush_at = time.monotonic() + FLUSH_S
         try:
@@ -164,8 +164,8 @@ class ActionPipeline:
     def within_limits(self, ready: list[Intent], running: list[list[Intent]]) -> list[list[Intent]]:
         """The scheduler's actions (a cordon is what a storm waits for) first, up to `parallel_actions`; repairs
         on the nodes (resets, reboots, validations that may wait minutes for a boot) up to `parallel_repairs`, in
-        their own slots, so that they never hold up a drain. Drains and resumes the scheduler takes as a list
-        (Slurm) go as batches of up to its batch_limit, each batch one slot: one call, however many nodes."""
+        their own slots, so that they never hold up a drain. Drains, resumes and requeues go as batches where the
+        scheduler takes a list (Slurm; up to its batch_limit), each batch one slot: one call, however many nodes."""
         room = {
             True: self.config.parallel_actions - sum(b[0].kind in IDEMPOTENT for b in running),
             False: self.config.parallel_repairs - sum(b[0].kind not in IDEMPOTENT for b in running),
