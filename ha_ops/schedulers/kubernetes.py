@@ -29,6 +29,10 @@ What each call does to a node:
 API errors: 409 (a write raced another; taints are written with the resourceVersion read), 429 and 5xx are retried
 with backoff, honouring Retry-After; 403 is retried twice (RBAC bindings take a moment to reach every API server),
 then reported naming the verb and the object. A node that does not exist is a clean error, never a traceback.
+
+Over 400 lines on purpose: every call of the Scheduler protocol here goes through the same node writes, retries and
+caches (`_write_node`, `_call`, the watch caches); the conditions, the watches and the client's opening already
+live in modules of their own (k8s_conditions.py, k8s_watch.py, open.py).
 """
 
 from __future__ import annotations
