@@ -4,8 +4,7 @@ real executor and Slurm adapter over a transport that keeps a node table as slur
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,36 +20,33 @@ from ha_ops.schedulers.kubernetes import KubernetesScheduler
 from ha_ops.schedulers.slurm import BATCH_LIMIT, Slurm, expand_hostlist
 from ha_ops.util.proc import CommandResult
 from tests.unit.test_remediation_controller import Rig, make_config, report
+from tests.unit.test_scheduler_slurm import Answers
 
 
-class SlurmTable:
-    """slurmctld's node table behind `sinfo --json`, `squeue --json` and `scontrol update NodeName=<list>`; an
-    update naming a node it does not know fails whole, as scontrol's does ("Invalid node name specified")."""
+class SlurmTable(Answers):
+    """slurmctld's node table (`table`, by name) behind `sinfo --json`, `squeue --json` (no jobs) and `scontrol update
+    NodeName=<list>`; an update naming a node it does not know fails whole, as scontrol's does ("Invalid node name
+    specified")."""
 
     name = "ctl"
 
     def __init__(self, nodes: list[str], refused: frozenset[str] = frozenset()) -> None:
-        self.nodes = {n: {"name": n, "state": "IDLE", "state_flags": [], "reason": ""} for n in nodes}
+        self.table = {n: {"name": n, "state": "IDLE", "state_flags": [], "reason": ""} for n in nodes}
+        super().__init__([], list(self.table.values()))  # (the same records: an update shows in the next read)
         self.refused = refused  # listed, yet refused by an update (removed from slurm.conf since the read)
-        self.calls: list[list[str]] = []
 
-    def run(
-        self, argv: Sequence[str], *, timeout: float = 30.0, check: bool = True, input: str | None = None,
-        env: Mapping[str, str] | None = None,
-    ) -> CommandResult:  # fmt: skip
+    def run(self, argv: Sequence[str], **options: Any) -> CommandResult:
         argv = list(argv)
+        if argv[0] != "scontrol":
+            return super().run(argv, **options)
         self.calls.append(argv)
-        if argv == ["sinfo", "--json"]:
-            return CommandResult(argv, 0, json.dumps({"nodes": list(self.nodes.values())}), "")
-        if argv == ["squeue", "--json"]:
-            return CommandResult(argv, 0, json.dumps({"jobs": []}), "")
-        assert argv[:2] == ["scontrol", "update"] and argv[2].startswith("NodeName="), argv
+        assert argv[1] == "update" and argv[2].startswith("NodeName="), argv
         names = expand_hostlist(argv[2].removeprefix("NodeName="))
-        if any(n not in self.nodes or n in self.refused for n in names):
+        if any(n not in self.table or n in self.refused for n in names):
             raise CommandFailed(argv, 1, "", "slurm_update error: Invalid node name specified")
         settings = dict(a.split("=", 1) for a in argv[3:])
         for name in names:
-            record = self.nodes[name]
+            record = self.table[name]
             if "State" not in settings:
                 continue  # (a tier's Weight and features: recorded in calls)
             if settings["State"] == "RESUME":
@@ -67,12 +63,6 @@ class SlurmTable:
     def reads(self) -> int:
         return sum(c == ["sinfo", "--json"] for c in self.calls)
 
-    def read_file(self, path: str, timeout: float = 10.0) -> str:
-        raise AssertionError("not read")
-
-    def close(self) -> None:
-        pass
-
 
 def executor_over(table: SlurmTable) -> Executor:
     return Executor(Slurm(table, retries=0), node_ops=None, partition="gpu")  # type: ignore[arg-type]
@@ -84,7 +74,7 @@ def drain(node: str, why: str = "ha-ops: GPU1 xid: XID 79", **args: object) -> I
 
 def test_a_batch_of_drains_is_one_read_and_one_update_per_reason() -> None:
     table = SlurmTable([f"gpu{i}" for i in range(1, 7)])
-    table.nodes["gpu3"].update(state_flags=["DRAIN"], reason="ha-ops: earlier")
+    table.table["gpu3"].update(state_flags=["DRAIN"], reason="ha-ops: earlier")
     intents = [drain("gpu1"), drain("gpu2"), drain("gpu3"), drain("gpu4", why="ha-ops: lost"), drain("gpu5")]
     out = executor_over(table).run_batch(intents)
     assert out == {"d-gpu1": "drained", "d-gpu2": "drained", "d-gpu3": "already drained (ha-ops: earlier)",
@@ -94,17 +84,17 @@ def test_a_batch_of_drains_is_one_read_and_one_update_per_reason() -> None:
         ["scontrol", "update", "NodeName=gpu1,gpu2,gpu5", "State=DRAIN", "Reason=ha-ops: GPU1 xid: XID 79"],
         ["scontrol", "update", "NodeName=gpu4", "State=DRAIN", "Reason=ha-ops: lost"],
     ]
-    assert table.nodes["gpu6"]["state_flags"] == []  # not named, not touched
+    assert table.table["gpu6"]["state_flags"] == []  # not named, not touched
 
 
 def test_lost_nodes_are_marked_down_together_then_drained() -> None:
     table = SlurmTable(["gpu1", "gpu2", "gpu3"])
-    table.nodes["gpu2"]["state"] = "DOWN"  # already down: not marked again
+    table.table["gpu2"]["state"] = "DOWN"  # already down: not marked again
     out = executor_over(table).run_batch([drain(n, why="ha-ops: lost", lost=True) for n in ("gpu1", "gpu2", "gpu3")])
     assert set(out.values()) == {"drained"}
     assert [c[2:4] for c in table.updates()] == [["NodeName=gpu1,gpu3", "State=DOWN"],
                                                  ["NodeName=gpu1,gpu2,gpu3", "State=DRAIN"]]  # fmt: skip
-    assert all(r["state"] == "DOWN" and r["state_flags"] == ["DRAIN"] for r in table.nodes.values())
+    assert all(r["state"] == "DOWN" and r["state_flags"] == ["DRAIN"] for r in table.table.values())
 
 
 def test_a_node_slurm_does_not_know_fails_alone_and_a_failed_batch_goes_one_by_one() -> None:
@@ -118,18 +108,18 @@ def test_a_node_slurm_does_not_know_fails_alone_and_a_failed_batch_goes_one_by_o
     assert out["d-gpu1"] == out["d-gpu3"] == "drained", out
     assert "Invalid node name specified" in str(out["d-gpu9"])
     assert table.updates()[0][2:4] == ["NodeName=gpu1,gpu9,gpu3", "State=DRAIN"]  # refused whole
-    assert table.nodes["gpu1"]["state_flags"] == table.nodes["gpu3"]["state_flags"] == ["DRAIN"]
+    assert table.table["gpu1"]["state_flags"] == table.table["gpu3"]["state_flags"] == ["DRAIN"]
 
 
 def test_a_batch_of_resumes_returns_only_what_ha_ops_drained() -> None:
     table = SlurmTable(["gpu1", "gpu2", "gpu3", "gpu4"])
     for name, reason in (("gpu1", "ha-ops: a"), ("gpu2", "ha-ops: b"), ("gpu3", "operator maintenance")):
-        table.nodes[name].update(state_flags=["DRAIN"], reason=reason)
-    out = executor_over(table).run_batch([Intent(id=n, node=n, kind="resume", why="validated") for n in table.nodes])
+        table.table[name].update(state_flags=["DRAIN"], reason=reason)
+    out = executor_over(table).run_batch([Intent(id=n, node=n, kind="resume", why="validated") for n in table.table])
     assert out["gpu1"] == out["gpu2"] == "resumed" and out["gpu4"] == "already in service"
     assert "drained by someone else (operator maintenance); not resuming" in str(out["gpu3"])
     assert table.updates() == [["scontrol", "update", "NodeName=gpu1,gpu2", "State=RESUME"]]
-    assert table.nodes["gpu3"]["state_flags"] == ["DRAIN"]
+    assert table.table["gpu3"]["state_flags"] == ["DRAIN"]
 
 
 def test_slurm_splits_a_long_list_and_kubernetes_takes_one_node_a_call() -> None:
@@ -198,7 +188,7 @@ def test_a_storm_on_slurm_is_drained_in_a_few_calls_each_node_audited_once(tmp_p
         assert rig.c.handle_report(report(node))["accepted"]
     table.calls.clear()
     rig.c.run_pending()
-    assert all(r["state_flags"] == ["DRAIN"] for r in table.nodes.values())
+    assert all(r["state_flags"] == ["DRAIN"] for r in table.table.values())
     drains = [c for c in table.updates() if "State=DRAIN" in c]
     assert len(drains) == 1 and len(drains[0][2].split(",")) == 40, drains
     # The batch first (each node's requeue waits for its drain): one read (the audit's "before", and what the batch
@@ -212,9 +202,9 @@ def test_a_storm_on_slurm_is_drained_in_a_few_calls_each_node_audited_once(tmp_p
 
 def test_slurm_publishes_a_rounds_tiers_in_one_read_and_one_update_per_group_that_ends_alike() -> None:
     table = SlurmTable(["gpu1", "gpu2", "gpu3", "gpu4"])
-    for record in table.nodes.values():
+    for record in table.table.values():
         record.update(features="gpu,reliable", active_features="gpu,reliable")
-    table.nodes["gpu3"].update(features="gpu,a100,reliable", active_features="gpu,a100,reliable")
+    table.table["gpu3"].update(features="gpu,a100,reliable", active_features="gpu,a100,reliable")
     failed = Slurm(table).set_reliabilities({"gpu1": "standard", "gpu2": "standard", "gpu3": "standard",
                                              "gpu4": "reliable", "ghost": "standard", "gpu9": "gold"})  # fmt: skip
     assert set(failed) == {"ghost", "gpu9"} and "unknown reliability tier 'gold'" in str(failed["gpu9"])
@@ -240,7 +230,7 @@ def test_a_batch_gone_one_by_one_checks_the_lease_before_each_and_stops_at_a_sch
 
     with pytest.raises(LeaseLost):
         executor_over(table).run_batch([drain(n) for n in ("gpu1", "gpu9", "gpu3")], None, deposed)
-    assert all(r["state_flags"] == [] for r in table.nodes.values())
+    assert all(r["state_flags"] == [] for r in table.table.values())
     # slurmctld hung after the read: the first one alone waits for its timeout, the rest fail with it at once.
     table = SlurmTable(["gpu1", "gpu2", "gpu3"])
     attempts: list[list[str]] = []
