@@ -41,6 +41,7 @@ import logging
 import re
 import time
 from collections.abc import Callable, Iterable
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -357,7 +358,11 @@ class KubernetesScheduler:
     batch_limit = 1  # every Node is an object of its own, written on its own (the executor runs several at once)
 
     def nodes(self, names: list[str]) -> dict[str, SchedulerNode]:
-        return {name: self.node(name) for name in names}
+        found = {}
+        for name in names:
+            with suppress(UnknownNode):  # (one the API does not know, or of another pool: left out, as Slurm's)
+                found[name] = self.node(name)
+        return found
 
     def drain_nodes(self, names: list[str], reason: str) -> None:
         for name in names:
