@@ -108,6 +108,12 @@ class Controller:
         return self.term.token
 
     @property
+    def records_unwritten(self) -> int:
+        """Node records a new leader read from an older state and has not yet written to their own place (written
+        in the background after a takeover of more than leadership.PRELOAD_AT_TAKEOVER nodes)."""
+        return len(self.term.nodes.preload)
+
+    @property
     def scheduler(self) -> Scheduler:
         return self.executor.scheduler
 

@@ -44,6 +44,9 @@ class MetricsSource(Protocol):
     @property
     def slurm_controllers(self) -> list[tuple[str, str]]: ...
 
+    @property
+    def records_unwritten(self) -> int: ...
+
 
 class ControllerMetrics(Collector):
     """The controller's metrics, read at each scrape from what it holds (leader or standby)."""
@@ -80,6 +83,9 @@ class ControllerMetrics(Collector):
             float(state.breaker.open),
         )
         ids = {"id": c.config.id}
+        yield _single("ha_ops_controller_records_unwritten", "Node records a new leader holds and has not yet written "
+                      "to their own place (0 once its takeover's background write is done)", ids,
+                      float(c.records_unwritten))  # fmt: skip
         yield _single("ha_ops_controller_view_whole", "1 while the leader's view of the fleet is whole",
                       ids, float(bool(state.contact.sound)))  # fmt: skip
         yield _single("ha_ops_controller_suspects_held", "Nodes silent and down not found lost (a silent domain, a "

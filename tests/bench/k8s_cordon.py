@@ -141,6 +141,9 @@ def one_run(lab: Lab, api: Client, nodes: list[str], failing: int, stagger: bool
         wait_for("the controller leading", lambda: _leading(url), timeout=startup_s, interval=0.2)
         # As a controller that has run a while: its watches of the nodes and pods have their first lists in.
         wait_for("the controller's watches listed", lambda: _watches_synced(url), timeout=startup_s, interval=0.2)
+        # And its takeover's background write of the node records done (a fleet over PRELOAD_AT_TAKEOVER nodes):
+        # at 10,000 nodes that write's ConfigMap POSTs ran during the storm and skewed it.
+        wait_for("the controller's records written", lambda: _records_written(url), timeout=startup_s, interval=0.5)
         victims = random.Random(failing).sample(nodes, failing)
         delays = {n: random.uniform(0, STAGGER_S) if stagger else 0.0 for n in victims}
         seen: dict[str, float] = {}
@@ -270,12 +273,19 @@ def _leading(url: str) -> bool:
         return False
 
 
-def _watches_synced(url: str) -> bool:
+def _metric_lines(url: str, name: str) -> list[str]:
     with urllib.request.urlopen(f"{url}/metrics", timeout=2) as answer:
-        lines = [
-            line for line in answer.read().decode().splitlines() if line.startswith("ha_ops_controller_watch_synced")
-        ]
+        return [line for line in answer.read().decode().splitlines() if line.startswith(name)]
+
+
+def _watches_synced(url: str) -> bool:
+    lines = _metric_lines(url, "ha_ops_controller_watch_synced")
     return bool(lines) and all(line.endswith(" 1.0") for line in lines)
+
+
+def _records_written(url: str) -> bool:
+    lines = _metric_lines(url, "ha_ops_controller_records_unwritten{")
+    return bool(lines) and all(line.endswith(" 0.0") for line in lines)
 
 
 def main() -> None:

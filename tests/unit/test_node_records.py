@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client import generate_latest
 
 from ha_ops.remediation.config import StateSnapshots
 from ha_ops.remediation.documents import DirectoryDocuments
@@ -278,5 +279,7 @@ def test_a_large_fleet_first_led_writes_its_core_at_the_takeover_and_its_records
     flush = rig.c.term._flushing
     assert flush.acquire(timeout=60)  # the background write of the records is done
     flush.release()
+    assert rig.c.records_unwritten == 0  # (its metric, which the storm benchmark waits for)
+    assert 'ha_ops_controller_records_unwritten{id="ctl1"} 0.0' in generate_latest(rig.c.registry).decode()
     assert stored(rig) == held(rig) and len(stored(rig)) == len(names)
     assert {n for n, _ in writes.since(0) if n.startswith(f"{FOLDER}/")} == {shard_document(i) for i in range(SHARDS)}
