@@ -14,7 +14,7 @@ from ha_ops.cli import output
 from ha_ops.cli.gpu import Backend
 from ha_ops.errors import SpecError
 from ha_ops.gpu import NoGpuError, open_backend
-from ha_ops.health.agent import Agent, http_poster
+from ha_ops.health.agent import Agent, HttpPoster
 from ha_ops.health.config import AgentConfig, load_agent_config
 from ha_ops.health.model import HealthState, Verdict
 from ha_ops.schedulers.open import local_slurm
@@ -101,7 +101,7 @@ def run(
         context = _keep_certificate_fresh(cfg)
     elif cfg.controller.tls is not None:
         context = ReloadingContext(cfg.controller.tls, server=False)
-    poster = http_poster(cfg.controller.urls, cfg.controller.timeout_s, context) if cfg.controller.urls else None
+    poster = HttpPoster(cfg.controller.urls, cfg.controller.timeout_s, context) if cfg.controller.urls else None
     agent = Agent(cfg, gpu, slurm=slurm, poster=poster, condition=_condition_writer(cfg))
     output.info(
         f"agent on {cfg.node}: {gpu.device_count()} GPUs ({cfg.backend}), sweep every {cfg.sweep_interval_s:g} s, "
@@ -112,7 +112,11 @@ def run(
             else ("draining in Slurm" if slurm else "observe only")
         )
     )
-    agent.run()
+    try:
+        agent.run()
+    finally:
+        if poster is not None:
+            poster.close()  # (its kept connections: the controller sees them end, not time out)
 
 
 @agent_app.command("check-config")

@@ -19,21 +19,19 @@ The enrollment port (`certificates.enrollment`, TLS without client certificates:
 GET /healthz, GET /metrics and POST /v1/certificates with `Authorization: Bearer <service account token>`: an agent
 pod's first certificate (ha_ops.remediation.certificates).
 
-Limits, so that no caller can exhaust it: bodies of at most MAX_BODY bytes (an Alertmanager notification, which
-carries a whole group of alerts, MAX_ALERTS_BODY), read within SOCKET_TIMEOUT_S (a request
-sent slowly or half is dropped, its thread freed), at most MAX_WORKERS requests handled at once (more wait in the
-listen backlog), node names checked (ha_ops.util.names), report fields bounded (ha_ops.health.report).
+Served by ha_ops.util.http_front (one event loop: connections kept alive, TLS handshakes and requests read under
+deadlines, connections capped per address and per certificate, /healthz answered on the loop), so that no caller
+can exhaust it. Here: bodies of at most MAX_BODY bytes (an Alertmanager notification, which carries a whole group of
+alerts, MAX_ALERTS_BODY), judged on their Content-Length before they are read; a caller's certificate checked
+against the path before its body is read; node names checked (ha_ops.util.names), report fields bounded
+(ha_ops.health.report).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import ssl
-import sys
-import threading
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal, TypeVar
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -46,6 +44,7 @@ from ha_ops.security import tls
 from ha_ops.security.issuer import MAX_CSR_BYTES, RequestRefused, request_key
 from ha_ops.security.tls import Identity
 from ha_ops.util.bounded import Line, Token
+from ha_ops.util.http_front import HttpFront, Limits, Request, Response
 from ha_ops.util.names import node_name_problem
 
 log = logging.getLogger(__name__)
@@ -54,12 +53,7 @@ MAX_BODY = 256 << 10  # a report of a node with 16 GPUs, each with findings, is 
 # 1 KiB each when a whole fleet's agents go down).
 MAX_ALERTS_BODY = 32 << 20
 MAX_ALERTS = 20_000
-SOCKET_TIMEOUT_S = 10.0
-# A report's thread waits for the write that holds its decision (a group commit), so the pool must hold a storm's
-# reports at once: with 64, 150 agents reporting together were decided in three rounds of writes instead of one or
-# two (answered in 1.0 s at the median instead of 0.3-0.5 s). Each waiting thread costs little; a caller that holds
-# one without sending is dropped at SOCKET_TIMEOUT_S.
-MAX_WORKERS = 256
+CERTIFICATES = "/v1/certificates"
 
 
 class AlertmanagerAlert(BaseModel):
@@ -177,216 +171,146 @@ def refusal(identity: Identity | None, method: str, path: str, report_node: str 
     return f"{identity} is not an operator"
 
 
-def make_handler(controller: ControllerApi) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        server_version = "ha-ops-controller"
-        timeout = SOCKET_TIMEOUT_S  # on the connection's socket: a request sent slowly or half ends here
-        identity: Identity | None = None
-        presented: bytes | None = None  # the caller's certificate (DER), for a renewal
+def _json(status: int, body: Any) -> Response:
+    return Response(status, (json.dumps(body, default=str) + "\n").encode())
 
-        def setup(self) -> None:
-            if isinstance(self.request, ssl.SSLSocket):
-                # The handshake here, in the request's own thread under the socket timeout, not in the accept loop:
-                # a client that never completes it holds one worker, not the server.
-                self.request.settimeout(SOCKET_TIMEOUT_S)
-                self.request.do_handshake()
-                self.identity = tls.identity_of(self.request.getpeercert())
-                self.presented = self.request.getpeercert(binary_form=True)
-            super().setup()
 
-        @property
-        def public(self) -> bool:
-            return bool(getattr(self.server, "public", False))
+def _body(request: Request, model: type[M], what: str) -> M:
+    if not request.body:
+        raise BadRequest(f"a JSON body of 1 byte to {body_limit(request.path)} bytes is required (got 0)")
+    return parse_body(request.body, model, what)
 
-        def _allow(self, method: str, report_node: str | None = None) -> None:
-            why = refusal(self.identity, method, self.path, report_node)
+
+def body_limit(path: str) -> int:
+    return MAX_ALERTS_BODY if path == "/v1/alerts" else MAX_BODY
+
+
+class ControllerRoutes:
+    """The API's paths over a ControllerApi (the routes of http_front.HttpFront). `public`: the enrollment port."""
+
+    def __init__(self, controller: ControllerApi, public: bool = False) -> None:
+        self.controller, self.public = controller, public
+
+    def body_limit(self, path: str) -> int:
+        return body_limit(path)
+
+    def early(self, method: str, path: str, headers: dict[str, str], identity: Identity | None) -> Response | None:
+        """On the server's loop, before a body is read: unknown methods and paths of the enrollment port, callers
+        whose certificate does not allow the path, and the health probe (answered here: no worker, no lock)."""
+        if method not in ("GET", "POST"):
+            return _json(HTTPStatus.METHOD_NOT_ALLOWED, {"error": f"method {method} is not allowed"})
+        if self.public and path not in ("/healthz", "/metrics") and not (method == "POST" and path == CERTIFICATES):
+            return _json(404 if method == "GET" else 400, {"error": f"no such path {path} on the enrollment port"})
+        why = refusal(identity, method, path)
+        if why is not None:
+            log.warning("refused %s from %s: %s", path, identity, why)
+            return _json(HTTPStatus.FORBIDDEN, {"error": why})
+        if method == "GET" and path == "/healthz":
+            return _json(200, {"id": self.controller.config.id, "leader": self.controller.is_leader})
+        return None
+
+    def handle(self, request: Request) -> Response:
+        try:
+            if request.method == "GET":
+                return self._get(request.path)
+            return self._post(request)
+        except BadRequest as exc:
+            return _json(HTTPStatus.BAD_REQUEST, {"error": str(exc)})
+        except Forbidden as exc:
+            log.warning("refused %s from %s: %s", request.path, request.identity, exc)
+            return _json(HTTPStatus.FORBIDDEN, {"error": str(exc)})
+        except Exception as exc:  # the leader lost its lease mid-request, or an adapter failed
+            log.warning("request %s failed: %s", request.path, exc)
+            return _json(503, {"error": str(exc)})
+
+    def _get(self, path: str) -> Response:
+        controller = self.controller
+        if path == "/metrics":
+            return Response(200, generate_latest(controller.registry), CONTENT_TYPE_LATEST)
+        if path == "/v1/state":
+            return _json(200, public_state(controller.describe()))
+        return _json(404, {"error": f"no such path {path}"})
+
+    def _post(self, request: Request) -> Response:
+        controller, path = self.controller, request.path
+        if path == CERTIFICATES and (self.public or request.presented is not None):
+            return self._certificate(request)
+        report = None
+        if path == "/v1/reports":
+            report = _body(request, AgentReport, "agent report")
+            why = refusal(request.identity, "POST", path, report.node)
             if why is not None:
                 raise Forbidden(why)
-
-        def _caller(self) -> str:
-            return f"operator {self.identity.name}" if self.identity is not None else "an operator"
-
-        def log_message(self, fmt: str, *args: Any) -> None:
-            log.debug("%s " + fmt, self.address_string(), *args)
-
-        def _send(self, status: int, body: Any, content_type: str = "application/json") -> None:
-            data = body if isinstance(body, bytes) else (json.dumps(body, default=str) + "\n").encode()
-            self.send_response(status)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def _body(self, model: type[M], what: str, limit: int = MAX_BODY) -> M:
+            controller.heard_from(report.node)  # a standby hears agents too: they cannot reach the leader
+        if not controller.is_leader:
+            return _json(503, {"error": "standby", "leader": controller.leader_name()})
+        by = f"operator {request.identity.name}" if request.identity is not None else "an operator"
+        if report is not None:
+            return _json(200, controller.handle_report(report))
+        if path == "/v1/alerts":
+            webhook = _body(request, AlertmanagerWebhook, "Alertmanager webhook")
+            return _json(200, controller.handle_alerts([a.model_dump() for a in webhook.alerts]))
+        if path.startswith("/v1/nodes/") and path.endswith("/repaired"):
+            node = path.removeprefix("/v1/nodes/").removesuffix("/repaired")
+            problem = node_name_problem(node)
+            if problem is not None:
+                raise BadRequest(problem)
+            return _json(200, controller.handle_repaired(node, by=by))
+        if path == "/v1/breaker/reset":
+            return _json(200, controller.reset_breaker(by=by))
+        if path == "/v1/maintenance":
+            start = _body(request, MaintenanceStart, "maintenance window")
+            _check_names(start.nodes)
             try:
-                length = int(self.headers.get("Content-Length") or 0)
-            except ValueError:
-                raise BadRequest(f"Content-Length {self.headers.get('Content-Length')!r} is not a number") from None
-            if length <= 0 or length > limit:
-                raise BadRequest(f"a JSON body of 1 byte to {limit} bytes is required (got {length})")
-            return parse_body(self.rfile.read(length), model, what)
-
-        def do_GET(self) -> None:
-            if self.public and self.path not in ("/healthz", "/metrics"):
-                self._send(404, {"error": f"no such path {self.path} on the enrollment port"})
-                return
-            try:
-                self._allow("GET")
-            except Forbidden as exc:
-                self._send(HTTPStatus.FORBIDDEN, {"error": str(exc)})
-                return
-            if self.path == "/healthz":
-                self._send(200, {"id": controller.config.id, "leader": controller.is_leader})
-            elif self.path == "/metrics":
-                self._send(200, generate_latest(controller.registry), CONTENT_TYPE_LATEST)
-            elif self.path == "/v1/state":
-                self._send(200, public_state(controller.describe()))
-            else:
-                self._send(404, {"error": f"no such path {self.path}"})
-
-        def _certificate(self) -> None:
-            """A renewal (the TLS port: the caller's own certificate) or an enrollment (the enrollment port: a token).
-            Any controller issues, leader or standby: both hold the issuer."""
-            if controller.certificates is None:
-                self._send(404, {"error": "this controller issues no certificates (no `certificates` in its config)"})
-                return
-            request = self._body(CertificateRequest, "certificate request")
-            try:
-                if self.public:
-                    scheme, _, token = (self.headers.get("Authorization") or "").partition(" ")
-                    if scheme != "Bearer" or not token.strip():
-                        raise EnrollmentRefused("a service account token is required (Authorization: Bearer)")
-                    answer = controller.certificates.enroll(token.strip(), request.csr)
-                else:
-                    assert self.presented is not None  # (the mutual TLS port: a verified certificate)
-                    answer = controller.certificates.renew(self.presented, request.csr)
-            except RequestRefused as exc:
+                return _json(200, controller.start_maintenance(start.nodes, start.reason, start.ttl_s, by))
+            except ValueError as exc:
                 raise BadRequest(str(exc)) from None
-            except EnrollmentRefused as exc:
-                raise Forbidden(str(exc)) from None
-            self._send(200, answer)
-
-        def do_POST(self) -> None:
+        if path == "/v1/maintenance/end":
+            end = _body(request, MaintenanceEnd, "maintenance window end")
+            _check_names(end.nodes)
+            return _json(200, controller.end_maintenance(end.nodes, by))
+        if path == "/v1/holds":
+            hold = _body(request, HoldRequest, "hold")
+            _check_names([hold.node])
             try:
-                if self.path == "/v1/certificates" and (self.public or self.presented is not None):
-                    self._allow("POST")
-                    self._certificate()
-                    return
-                if self.public:
-                    raise BadRequest(f"no such path {self.path} on the enrollment port")
-                report = None
-                if self.path == "/v1/reports":
-                    self._allow("POST")  # an agent at all, before its body is read
-                    report = self._body(AgentReport, "agent report")
-                    self._allow("POST", report.node)
-                    controller.heard_from(report.node)  # a standby hears agents too: they cannot reach the leader
-                else:
-                    self._allow("POST")
-                if not controller.is_leader:
-                    self._send(503, {"error": "standby", "leader": controller.leader_name()})
-                    return
-                if report is not None:
-                    self._send(200, controller.handle_report(report))
-                elif self.path == "/v1/alerts":
-                    webhook = self._body(AlertmanagerWebhook, "Alertmanager webhook", MAX_ALERTS_BODY)
-                    self._send(200, controller.handle_alerts([a.model_dump() for a in webhook.alerts]))
-                elif self.path.startswith("/v1/nodes/") and self.path.endswith("/repaired"):
-                    node = self.path.removeprefix("/v1/nodes/").removesuffix("/repaired")
-                    problem = node_name_problem(node)
-                    if problem is not None:
-                        raise BadRequest(problem)
-                    self._send(200, controller.handle_repaired(node, by=self._caller()))
-                elif self.path == "/v1/breaker/reset":
-                    self._send(200, controller.reset_breaker(by=self._caller()))
-                elif self.path == "/v1/maintenance":
-                    start = self._body(MaintenanceStart, "maintenance window")
-                    _check_names(start.nodes)
-                    try:
-                        answer = controller.start_maintenance(start.nodes, start.reason, start.ttl_s, self._caller())
-                    except ValueError as exc:
-                        raise BadRequest(str(exc)) from None
-                    self._send(200, answer)
-                elif self.path == "/v1/maintenance/end":
-                    end = self._body(MaintenanceEnd, "maintenance window end")
-                    _check_names(end.nodes)
-                    self._send(200, controller.end_maintenance(end.nodes, self._caller()))
-                elif self.path == "/v1/holds":
-                    hold = self._body(HoldRequest, "hold")
-                    _check_names([hold.node])
-                    try:
-                        answer = controller.hold_host(hold.node, hold.release, hold.reason, self._caller(),
-                                                      hold.dry_run)  # fmt: skip
-                    except ValueError as exc:  # an unknown node: nothing changed
-                        raise BadRequest(str(exc)) from None
-                    self._send(200, answer)
-                else:
-                    self._send(404, {"error": f"no such path {self.path}"})
-            except BadRequest as exc:
-                self._send(HTTPStatus.BAD_REQUEST, {"error": str(exc)})
-            except Forbidden as exc:
-                log.warning("refused %s from %s: %s", self.path, self.identity, exc)
-                self._send(HTTPStatus.FORBIDDEN, {"error": str(exc)})
-            except Exception as exc:  # the leader lost its lease mid-request, or an adapter failed
-                log.warning("request %s failed: %s", self.path, exc)
-                self._send(503, {"error": str(exc)})
+                return _json(200, controller.hold_host(hold.node, hold.release, hold.reason, by, hold.dry_run))
+            except ValueError as exc:  # an unknown node: nothing changed
+                raise BadRequest(str(exc)) from None
+        return _json(404, {"error": f"no such path {path}"})
 
-    return Handler
-
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    public = False  # the enrollment port
-    # The listen backlog: socketserver's default of 5 resets connections when a rack's agents report at once
-    # (150 agents' reports within a millisecond did exactly that).
-    request_queue_size = 1024
-
-    def __init__(self, *args: Any, context: tls.ReloadingContext | None = None, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._workers = threading.BoundedSemaphore(MAX_WORKERS)
-        self.context = context
-
-    def get_request(self) -> tuple[Any, Any]:
-        sock, address = super().get_request()
-        if self.context is None:
-            return sock, address
-        # The context as it is now: a rotated certificate serves the next handshake. (The handshake itself runs
-        # in the request's thread: Handler.setup.)
-        return self.context.get().wrap_socket(sock, server_side=True, do_handshake_on_connect=False), address
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        # A caller refused at TLS (no certificate, another CA's, plain HTTP) or gone mid-request: one line, not
-        # socketserver's traceback on stderr.
-        log.warning("connection from %s ended: %s", client_address[0], sys.exc_info()[1])
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        # A thread per request, at most MAX_WORKERS at once: the accept loop waits for a free one, and the
-        # connections behind it wait in the backlog (40 half-sent requests once held 40 threads for good).
-        self._workers.acquire()
+    def _certificate(self, request: Request) -> Response:
+        """A renewal (the TLS port: the caller's own certificate) or an enrollment (the enrollment port: a token).
+        Any controller issues, leader or standby: both hold the issuer."""
+        certificates = self.controller.certificates
+        if certificates is None:
+            return _json(404, {"error": "this controller issues no certificates (no `certificates` in its config)"})
+        csr = _body(request, CertificateRequest, "certificate request").csr
         try:
-            super().process_request(request, client_address)
-        except BaseException:
-            self._workers.release()
-            raise
+            if self.public:
+                scheme, _, token = request.headers.get("authorization", "").partition(" ")
+                if scheme != "Bearer" or not token.strip():
+                    raise EnrollmentRefused("a service account token is required (Authorization: Bearer)")
+                answer = certificates.enroll(token.strip(), csr)
+            else:
+                assert request.presented is not None  # (the mutual TLS port: a verified certificate)
+                answer = certificates.renew(request.presented, csr)
+        except RequestRefused as exc:
+            raise BadRequest(str(exc)) from None
+        except EnrollmentRefused as exc:
+            raise Forbidden(str(exc)) from None
+        return _json(200, answer)
 
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            self._workers.release()
 
-
-def serve(controller: ControllerApi, address: str, port: int) -> ThreadingHTTPServer:
+def serve(controller: ControllerApi, address: str, port: int, limits: Limits | None = None) -> HttpFront:
     files = controller.config.tls
-    context = tls.ReloadingContext(files, server=True) if files is not None else None
-    return _Server((address, port), make_handler(controller), context=context)
+    context = tls.ReloadingContext(files, server=True).get if files is not None else None
+    return HttpFront(ControllerRoutes(controller), address, port, context, limits, name="api")
 
 
-def serve_public(controller: ControllerApi, address: str, port: int) -> ThreadingHTTPServer:
+def serve_public(controller: ControllerApi, address: str, port: int) -> HttpFront:
     """The enrollment port: TLS with the controller's certificate, no client certificate asked (agent pods have
     none yet; they prove who they are with a token). Besides enrollment it answers /healthz (a kubelet's probe
     presents no certificate) and /metrics (Prometheus' scrape)."""
     assert controller.config.tls is not None  # (certificates needs tls: the config's validator)
     context = tls.ReloadingContext(controller.config.tls, server=True, verify_client=False)
-    server = _Server((address, port), make_handler(controller), context=context)
-    server.public = True
-    return server
+    return HttpFront(ControllerRoutes(controller, public=True), address, port, context.get, name="enrollment")

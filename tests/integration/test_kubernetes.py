@@ -34,7 +34,7 @@ from lightkube.resources.rbac_authorization_v1 import ClusterRole, ClusterRoleBi
 from lightkube.resources.scheduling_v1 import PriorityClass
 from lightkube.types import PatchType
 
-from ha_ops.health.agent import http_poster
+from ha_ops.health.agent import HttpPoster
 from ha_ops.health.report import AgentReport, ReportFinding
 from ha_ops.iac.engine import PulumiEngine
 from ha_ops.iac.k8s_manifests import controller_port
@@ -570,7 +570,7 @@ def controllers_issue_certificates(
         assert "HTTP 403" in str(refusal.value) and why in str(refusal.value), (what, refusal.value)
     # The enrolled certificate reports for its node, and not for another, to whichever pod leads.
     context = ReloadingContext(files, server=False)
-    post = http_poster([f"{u}/v1/reports" for u in api_urls], timeout=5.0, context=context)
+    post = HttpPoster([f"{u}/v1/reports" for u in api_urls], timeout=5.0, context=context)
     post(agent_report(node, 1, False))
     with pytest.raises(ConnectionError, match="HTTP 403"):
         post(agent_report("gpu1" if node != "gpu1" else "gpu2", 1, False))
@@ -978,7 +978,7 @@ def agents_reporting(nodes: list[str], urls: list[str], faulty: Callable[[str], 
     stop = threading.Event()
 
     def agent(node: str) -> None:
-        post, seq = http_poster(urls, timeout=1.0, context=tls_of(node) if tls_of else None), 0
+        post, seq = HttpPoster(urls, timeout=1.0, context=tls_of(node) if tls_of else None), 0
         while not stop.is_set():
             seq += 1
             with suppress(ConnectionError):  # no controller leads for a moment (a failover): the next one tries again

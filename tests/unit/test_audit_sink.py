@@ -137,7 +137,10 @@ def test_every_entry_reaches_the_sink_as_written_and_the_gap_while_it_was_away_i
     ship.start()
     try:
         append(log, 5)
-        wait_until("5 entries shipped", lambda: len(collector.lines()) == 5)
+        # (the shipper writes its marker after the sink has the entries: wait for both)
+        marker = tmp_path / "marker"
+        wait_until("5 entries shipped", lambda: len(collector.lines()) == 5 and marker.exists()
+                   and marker.read_text().split()[:1] == ["5"])  # fmt: skip
         assert collector.lines() == log.text().splitlines() and collector.peers == ["ctl1"]
         last = json.loads(log.text().splitlines()[-1])
         assert ship.shipped_seq == 5 and (tmp_path / "marker").read_text().split() == ["5", last["hash"]]

@@ -22,7 +22,7 @@ from pydantic import ValidationError
 from ha_ops.errors import CommandFailed, CommandTimeout, TransportError
 from ha_ops.gpu.fake import FakeBackend, FakeGpus
 from ha_ops.gpu.types import GpuEvent, GpuSample
-from ha_ops.health.agent import Agent, AgentState, http_poster
+from ha_ops.health.agent import Agent, AgentState, HttpPoster
 from ha_ops.health.config import AgentConfig
 from ha_ops.health.model import Action, HealthState
 from ha_ops.health.report import AgentReport, build_report
@@ -547,7 +547,7 @@ def unused_port() -> int:
 def test_http_poster_sends_valid_json(gpus: FakeGpus, controller: Controller) -> None:
     clock = Clock()
     cfg = config(gpus, controller={"urls": [controller.url]})
-    poster = http_poster([controller.url], timeout=5.0)
+    poster = HttpPoster([controller.url], timeout=5.0)
     agent = Agent(cfg, FakeBackend(gpus.directory), poster=poster, clock=clock)
     gpus.update(1, temperature_gpu_c=96.0)
     agent.sweep()
@@ -561,7 +561,7 @@ def test_http_poster_sends_valid_json(gpus: FakeGpus, controller: Controller) ->
 
 def test_http_poster_raises_when_the_controller_refuses(gpus: FakeGpus, controller: Controller) -> None:
     controller.status[0] = 500
-    poster = http_poster([controller.url], timeout=5.0)
+    poster = HttpPoster([controller.url], timeout=5.0)
     clock = Clock()
     agent = Agent(config(gpus), FakeBackend(gpus.directory), poster=poster, clock=clock)
     verdict = agent.sweep()
@@ -577,7 +577,7 @@ def test_http_poster_raises_when_the_controller_refuses(gpus: FakeGpus, controll
 
 
 def test_http_poster_to_nobody_raises(gpus: FakeGpus) -> None:
-    poster = http_poster([f"http://127.0.0.1:{unused_port()}/"], timeout=1.0)
+    poster = HttpPoster([f"http://127.0.0.1:{unused_port()}/"], timeout=1.0)
     agent = Agent(config(gpus), FakeBackend(gpus.directory), poster=poster)
     agent.sweep()  # must not raise
     assert agent._report_pending
@@ -585,7 +585,7 @@ def test_http_poster_to_nobody_raises(gpus: FakeGpus) -> None:
 
 def test_http_poster_fails_over_to_the_controller_that_leads(gpus: FakeGpus) -> None:
     with serve_controller(503) as standby, serve_controller(204) as leader:
-        poster = http_poster([f"http://127.0.0.1:{unused_port()}/", standby.url, leader.url], timeout=2.0)
+        poster = HttpPoster([f"http://127.0.0.1:{unused_port()}/", standby.url, leader.url], timeout=2.0)
         agent = Agent(config(gpus), FakeBackend(gpus.directory), poster=poster, clock=Clock())
         verdict = agent.sweep()
         assert not agent._report_pending

@@ -1,0 +1,301 @@
+"""Benchmark: the controller's ingestion of agent reports at fleet scale (issue 43, line 2), on 127.0.0.1.
+
+The real controller (`ha-ops controller run`, a process of its own) serves its API over mutual TLS; its state on
+files in a folder on disk. Each node has its own certificate from a CA made here, and its own loopback address
+(127.x.y.z: as many peers as nodes, each under the server's cap per address). A load generator, another process,
+sends each node's heartbeat through the agent's own poster (ha_ops.health.agent.HttpPoster: one kept-alive
+connection per node) every `--interval` s, spread evenly (an open loop: each report has a due time, and its latency
+is measured from that time, so a generator or controller that falls behind shows it). First every node connects
+and reports once; then `--seconds` of steady heartbeats are measured:
+
+- achieved rate, p50/p99 from due time to answer, errors (anything but 200, or no answer within the agent's 2 s);
+- the controller's CPU ms per report (its /proc/PID/stat), bytes it wrote per second (/proc/PID/io write_bytes:
+  what reached the disk's layer), and the state's size on disk (and its largest document);
+- with `--find-max`: the rate raised in steps (the interval halved) for 15 s each until p99 passes 250 ms or a
+  report fails: the highest rate held.
+
+The scheduler is Slurm with `sinfo`/`squeue`/`scontrol` stand-ins on PATH that answer N idle nodes and no jobs
+(25,000 slurmd are not what this measures: tests/bench/slurm_scale.py runs a real Slurm).
+
+Run: .venv/bin/python tests/bench/ingest.py [--nodes 1500 5000 25000] [--seconds 60] [--find-max]
+The last line: `ingest N nodes: X reports/s sustained, p99 Y ms, Z CPU ms per report, W bytes written per s`,
+for the largest --nodes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import resource
+import ssl
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from ha_ops.health.agent import HttpPoster
+from ha_ops.health.report import AgentReport
+from ha_ops.security import tls
+from ha_ops.security.pki import CertificateAuthority
+from ha_ops.security.tls import ReloadingContext, TlsFiles
+from tests.bench.controller import percentile
+from tests.bench.k8s_cordon import free_port, stop_process
+
+CERTS = Path("/tmp/ha-ops-ingest-certs")  # kept between runs: 25,000 certificates take a while to make
+P99_GOAL_MS = 250.0
+THREADS = 48  # the generator's senders (each report waits for its answer; a node's reports go one at a time)
+
+
+def node_name(i: int) -> str:
+    return f"gpu{i:05d}"
+
+
+def node_address(i: int) -> str:
+    return f"127.{1 + i // 65536}.{(i // 256) % 256}.{i % 256 or 1}"
+
+
+def _issue(names: list[str]) -> None:
+    ca = CertificateAuthority(CERTS)
+    for name in names:
+        ca.issue(name, name, groups=(tls.AGENTS,))
+
+
+def certificates(count: int) -> None:
+    """The CA, the controller's certificate and one per node (made in two processes; kept for the next run)."""
+    ca = CertificateAuthority(CERTS)
+    ca.ensure("ha-ops ingest bench CA")
+    ca.issue("controller", "ingest", groups=("ha-ops:controllers",), server_names=("127.0.0.1",))
+    missing = [node_name(i) for i in range(count) if not (CERTS / f"{node_name(i)}.key").exists()]
+    if missing:
+        started = time.monotonic()
+        with ProcessPoolExecutor(2) as pool:
+            list(pool.map(_issue, [missing[i::8] for i in range(8)]))
+        print(f"  {len(missing)} node certificates made in {time.monotonic() - started:.0f} s", flush=True)
+
+
+def files(name: str) -> TlsFiles:
+    return TlsFiles(ca_file=CERTS / "ca.crt", cert_file=CERTS / f"{name}.crt", key_file=CERTS / f"{name}.key",
+                    reload_s=3600)  # fmt: skip
+
+
+def fake_slurm(folder: Path, count: int) -> Path:
+    """sinfo, squeue and scontrol stand-ins: `count` idle nodes, no jobs, every update accepted."""
+    bin_dir = folder / "bin"
+    bin_dir.mkdir()
+    nodes = [{"name": node_name(i), "state": ["IDLE"], "reason": ""} for i in range(count)]
+    (folder / "sinfo.json").write_text(json.dumps({"nodes": nodes}))
+    answers = {"sinfo": f"cat {folder / 'sinfo.json'}", "squeue": "echo '{\"jobs\": []}'", "scontrol": "true"}
+    for command, body in answers.items():
+        (bin_dir / command).write_text(f"#!/bin/sh\n{body}\n")
+        (bin_dir / command).chmod(0o755)
+    return bin_dir
+
+
+def start_controller(folder: Path, count: int, port: int) -> subprocess.Popen:  # type: ignore[type-arg]
+    config = {
+        "id": "ingest", "listen_address": "127.0.0.1", "port": port, "state_dir": str(folder / "state"),
+        "scheduler": "slurm", "partition": "gpu",
+        "pools": {"gpu": {"nodes": [node_name(i) for i in range(count)]}},
+        "tls": json.loads(files("controller").model_dump_json()),
+        "slurm_fence": {"enabled": False},
+    }  # fmt: skip
+    (folder / "controller.yaml").write_text(yaml.safe_dump(config))
+    env = {**os.environ, "PATH": f"{fake_slurm(folder, count)}:{os.environ['PATH']}"}
+    log = (folder / "controller.log").open("w")
+    return subprocess.Popen([sys.executable, "-m", "ha_ops", "controller", "run", "--config",
+                             str(folder / "controller.yaml")], stdout=log, stderr=subprocess.STDOUT, env=env,
+                            preexec_fn=_more_files)  # fmt: skip
+
+
+def _more_files() -> None:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (200_000, 200_000))  # (as root; a unit's LimitNOFILE elsewhere)
+
+
+def proc_figures(pid: int) -> tuple[float, int]:
+    """CPU seconds and bytes written so far by a process."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    io = dict(line.split(": ") for line in Path(f"/proc/{pid}/io").read_text().splitlines())
+    return cpu, int(io["write_bytes"])
+
+
+# --- the load generator (a process of its own) ---------------------------------------------------------------------
+def generate(port: int, count: int, phases: list[tuple[float, float]]) -> None:
+    """Every node connects and reports once, then for each phase (interval s, seconds) heartbeats on schedule.
+    Prints one JSON line per phase: latencies (ms) and errors."""
+    resource.setrlimit(resource.RLIMIT_NOFILE, (200_000, 200_000))
+    url = f"https://127.0.0.1:{port}/v1/reports"
+    names = [node_name(i) for i in range(count)]
+    posters = [HttpPoster([url], 2.0, ReloadingContext(files(n), server=False), node_address(i))
+               for i, n in enumerate(names)]  # fmt: skip
+    seqs = [0] * count
+
+    def send(i: int) -> str | None:
+        seqs[i] += 1
+        report = AgentReport(node=names[i], seq=seqs[i], agent_id=f"bench-{names[i]}", sent_at=time.time(),
+                             state="healthy", action="none", reason="healthy")  # fmt: skip
+        try:
+            posters[i](report)
+            return None
+        except OSError as exc:
+            return str(exc)[:200]
+
+    def run(schedule: list[tuple[float, int]]) -> tuple[list[float], list[str]]:
+        latencies: list[float] = []
+        errors: list[str] = []
+        cursor = iter(schedule)
+        lock = threading.Lock()
+
+        def worker() -> None:
+            while True:
+                with lock:
+                    item = next(cursor, None)
+                if item is None:
+                    return
+                due, i = item
+                time.sleep(max(0.0, due - time.monotonic()))
+                error = send(i)
+                with lock:
+                    (errors.append(error) if error else latencies.append((time.monotonic() - due) * 1000))
+
+        threads = [threading.Thread(target=worker) for _ in range(THREADS)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        return latencies, errors
+
+    started = time.monotonic()
+    _, errors = run([(started, i) for i in range(count)])  # connect and report once, as fast as it goes
+    print(json.dumps({"phase": "connect", "seconds": time.monotonic() - started, "errors": errors[:5],
+                      "failed": len(errors)}), flush=True)  # fmt: skip
+    for interval, seconds in phases:
+        start = time.monotonic() + 0.5
+        schedule = sorted((start + (i / count) * interval + k * interval, i)
+                          for k in range(max(1, round(seconds / interval))) for i in range(count))  # fmt: skip
+        schedule = [(due, i) for due, i in schedule if due < start + seconds]
+        print(json.dumps({"phase": "start", "interval": interval}), flush=True)
+        latencies, errors = run(schedule)
+        print(json.dumps({"phase": "done", "interval": interval, "seconds": seconds, "latencies": latencies,
+                          "errors": errors[:5], "failed": len(errors)}), flush=True)  # fmt: skip
+    for poster in posters:
+        poster.close()
+
+
+# --- the benchmark -------------------------------------------------------------------------------------------------
+def measure(count: int, seconds: float, interval: float, find_max: bool) -> dict[str, float]:
+    certificates(count)
+    with tempfile.TemporaryDirectory(dir="/var/tmp", prefix="ha-ops-ingest-") as tmp:
+        folder = Path(tmp)
+        port = free_port()
+        controller = start_controller(folder, count, port)
+        try:
+            _wait_leading(port, folder)
+            phases = [(interval, seconds)]
+            if find_max:
+                phases += [(interval / 2**k, 15.0) for k in range(1, 6)]
+            generator = subprocess.Popen([sys.executable, __file__, "--generate", str(port), str(count),
+                                          json.dumps(phases)], stdout=subprocess.PIPE, text=True)  # fmt: skip
+            assert generator.stdout is not None
+            result: dict[str, float] = {}
+            marks: tuple[float, float, float] = (0.0, 0.0, 0.0)
+            for line in generator.stdout:
+                event = json.loads(line)
+                if event["phase"] == "connect":
+                    print(f"  {count} nodes connected and reported once in {event['seconds']:.1f} s "
+                          f"({event['failed']} failed {event['errors'][:2]})", flush=True)  # fmt: skip
+                elif event["phase"] == "start":
+                    marks = (time.monotonic(), *proc_figures(controller.pid))
+                elif event["phase"] == "done":
+                    took = time.monotonic() - marks[0]
+                    cpu, written = proc_figures(controller.pid)
+                    figures = _figures(event, took, cpu - marks[1], written - marks[2])
+                    _print_phase(count, event, figures)
+                    if not result:
+                        result = figures
+                    elif figures["p99"] <= P99_GOAL_MS and not event["failed"]:
+                        result["max_rate"] = max(result.get("max_rate", 0.0), figures["rate"])
+                    if find_max and (figures["p99"] > P99_GOAL_MS or event["failed"]):
+                        generator.kill()
+                        break
+            generator.wait(60)
+            result.setdefault("max_rate", result.get("rate", 0.0) if result.get("p99", 1e9) <= P99_GOAL_MS else 0.0)
+            state = folder / "state"
+            sizes = [p.stat().st_size for p in state.rglob("*") if p.is_file()]
+            result["state_bytes"], result["largest"] = float(sum(sizes)), float(max(sizes, default=0))
+            print(f"  state on disk: {sum(sizes) / 1024:.0f} KiB in {len(sizes)} files, the largest "
+                  f"{max(sizes, default=0) / 1024:.0f} KiB", flush=True)  # fmt: skip
+            return result
+        finally:
+            if not stop_process(controller, 30):
+                print("  (the controller did not stop within 30 s of SIGTERM: killed)")
+
+
+def _figures(event: dict, took: float, cpu_s: float, written: int) -> dict[str, float]:
+    latencies = event["latencies"] or [0.0]
+    served = len(event["latencies"])
+    return {
+        "rate": served / event["seconds"], "offered": 1 / event["interval"],
+        "p50": percentile(latencies, 0.5), "p99": percentile(latencies, 0.99),
+        "failed": float(event["failed"]), "cpu_ms": cpu_s * 1000 / max(1, served), "cpu_share": cpu_s / took,
+        "written_per_s": written / took,
+    }  # fmt: skip
+
+
+def _print_phase(count: int, event: dict, f: dict[str, float]) -> None:
+    print(f"  {count} nodes, heartbeat every {event['interval']:g} s ({count / event['interval']:.0f}/s offered): "
+          f"{f['rate']:.0f} reports/s, p50 {f['p50']:.1f} ms p99 {f['p99']:.1f} ms, {f['failed']:.0f} failed "
+          f"{event['errors'][:2]}; controller {f['cpu_ms']:.3f} CPU ms per report ({f['cpu_share'] * 100:.0f}% of a "
+          f"core), {f['written_per_s']:.0f} bytes written per s", flush=True)  # fmt: skip
+
+
+def _wait_leading(port: int, folder: Path) -> None:
+    context = ReloadingContext(files(node_name(0)), server=False).get()
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            conn = http.client.HTTPSConnection("127.0.0.1", port, timeout=2, context=context)
+            conn.request("GET", "/healthz")
+            if json.loads(conn.getresponse().read()).get("leader"):
+                conn.close()
+                return
+            conn.close()
+        except (OSError, ssl.SSLError, ValueError):
+            pass
+        time.sleep(0.3)
+    raise SystemExit(f"the controller did not lead within 120 s: {(folder / 'controller.log').read_text()[-2000:]}")
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--generate":
+        generate(int(sys.argv[2]), int(sys.argv[3]), [tuple(p) for p in json.loads(sys.argv[4])])
+        return
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--nodes", type=int, nargs="+", default=[1500, 5000, 25000])
+    parser.add_argument("--seconds", type=float, default=60.0, help="steady heartbeats measured (default 60)")
+    parser.add_argument("--interval", type=float, default=10.0, help="each node's heartbeat (the agent's 10 s)")
+    parser.add_argument("--find-max", action="store_true", help="then raise the rate until p99 passes 250 ms")
+    args = parser.parse_args()
+    results = {}
+    for count in args.nodes:
+        results[count] = measure(count, args.seconds, args.interval, args.find_max)
+        if args.find_max:
+            print(f"  {count} nodes: highest rate with p99 <= {P99_GOAL_MS:.0f} ms and none failed: "
+                  f"{results[count]['max_rate']:.0f} reports/s", flush=True)  # fmt: skip
+    count = max(results)
+    r = results[count]
+    print(f"ingest {count} nodes: {r['rate']:.0f} reports/s sustained, p99 {r['p99']:.0f} ms, "
+          f"{r['cpu_ms']:.2f} CPU ms per report, {r['written_per_s']:.0f} bytes written per s")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

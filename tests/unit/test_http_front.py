@@ -1,0 +1,209 @@
+"""The event-driven HTTP server (ha_ops.util.http_front) with real sockets on 127.0.0.1: connections kept alive,
+the whole-request, handshake and idle deadlines, the caps per address and per certificate, and the health probe
+answered while every worker is busy (issue 44's findings 1-3; issue 43's keep-alive)."""
+
+from __future__ import annotations
+
+import http.client
+import socket
+import ssl
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from ha_ops.health.agent import HttpPoster
+from ha_ops.health.report import AgentReport
+from ha_ops.security import tls
+from ha_ops.security.pki import CertificateAuthority
+from ha_ops.security.tls import Identity, ReloadingContext, TlsFiles
+from ha_ops.util.http_front import HttpFront, Limits, Request, Response
+from tests.unit.test_controller_tls import issue
+
+
+class Echo:
+    """Routes: /healthz on the loop; /slow waits for `release`; the rest echoes who asked and what."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.handled: list[Request] = []
+
+    def early(self, method: str, path: str, headers: dict[str, str], identity: Identity | None) -> Response | None:
+        return Response(200, b'{"ok": true}') if path == "/healthz" else None
+
+    def body_limit(self, path: str) -> int:
+        return 1000
+
+    def handle(self, request: Request) -> Response:
+        self.handled.append(request)
+        if request.path == "/slow":
+            self.release.wait(10)
+        who = request.identity.name if request.identity else "-"
+        return Response(200, f"{request.method} {request.path} {len(request.body)} {who}".encode(), "text/plain")
+
+
+@contextmanager
+def front(routes: Echo, limits: Limits, context: ReloadingContext | None = None) -> Iterator[HttpFront]:
+    server = HttpFront(routes, "127.0.0.1", 0, context.get if context else None, limits)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        routes.release.set()
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
+def closed_within(sock: socket.socket, seconds: float) -> float:
+    """How long until the server closed `sock` (EOF or reset), failing past `seconds`."""
+    started = time.monotonic()
+    sock.settimeout(seconds)
+    try:
+        while sock.recv(100):
+            pass
+    except ConnectionResetError:
+        pass
+    return time.monotonic() - started
+
+
+def test_one_connection_carries_many_requests() -> None:
+    routes = Echo()
+    with front(routes, Limits()) as server:
+        conn = http.client.HTTPConnection("127.0.0.1", server.server_address[1], timeout=5)
+        for i in range(3):
+            conn.request("POST", f"/r{i}", b"x" * i)
+            answer = conn.getresponse()
+            assert (answer.status, answer.read()) == (200, f"POST /r{i} {i} -".encode())
+        assert server.open_connections == 1
+        conn.close()
+
+
+def test_a_request_trickled_byte_by_byte_is_dropped_at_its_whole_request_deadline() -> None:
+    """Each byte arrives well within any per-read timeout; the request as a whole does not (issue 44, finding 2)."""
+    with front(Echo(), Limits(request_s=0.5)) as server:
+        sock = socket.create_connection(("127.0.0.1", server.server_address[1]))
+        request = b"POST /r HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello"
+        started = time.monotonic()
+        with pytest.raises((BrokenPipeError, ConnectionResetError)):
+            for byte in request:
+                sock.send(bytes([byte]))
+                time.sleep(0.05)
+        assert 0.4 < time.monotonic() - started < 3.0
+        sock.close()
+
+
+def test_an_idle_connection_is_closed_after_idle_s_and_a_silent_one_holds_no_worker() -> None:
+    routes = Echo()
+    with front(routes, Limits(idle_s=0.3, workers=1)) as server:
+        silent = [socket.create_connection(("127.0.0.1", server.server_address[1])) for _ in range(50)]
+        conn = http.client.HTTPConnection("127.0.0.1", server.server_address[1], timeout=5)
+        conn.request("GET", "/x")
+        assert conn.getresponse().read() == b"GET /x 0 -"  # (50 silent callers, one worker: served)
+        assert 0.2 < closed_within(silent[0], 5) < 3.0
+        for sock in silent:
+            sock.close()
+        conn.close()
+
+
+def test_connections_over_the_cap_of_one_address_are_closed_at_once() -> None:
+    with front(Echo(), Limits(per_address=3)) as server:
+        held = [socket.create_connection(("127.0.0.1", server.server_address[1])) for _ in range(3)]
+        time.sleep(0.2)
+        extra = socket.create_connection(("127.0.0.1", server.server_address[1]))
+        assert closed_within(extra, 2) < 1.0
+        assert server.open_connections == 3
+        # Another address of the host is another peer: served.
+        other = http.client.HTTPConnection("127.0.0.1", server.server_address[1], timeout=5,
+                                           source_address=("127.0.0.2", 0))  # fmt: skip
+        other.request("GET", "/y")
+        assert other.getresponse().status == 200
+        for sock in [*held, extra]:
+            sock.close()
+        other.close()
+
+
+def test_the_health_probe_is_answered_while_every_worker_is_busy() -> None:
+    routes = Echo()
+    with front(routes, Limits(workers=1)) as server:
+        port = server.server_address[1]
+        slow = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        slow.request("GET", "/slow")
+        time.sleep(0.2)
+        probe = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+        started = time.monotonic()
+        probe.request("GET", "/healthz")
+        assert probe.getresponse().read() == b'{"ok": true}'
+        assert time.monotonic() - started < 1.0
+        routes.release.set()
+        assert slow.getresponse().status == 200
+        slow.close()
+        probe.close()
+
+
+def test_a_body_over_its_limit_is_refused_on_its_length_and_an_http10_caller_is_answered() -> None:
+    with front(Echo(), Limits()) as server:
+        conn = http.client.HTTPConnection("127.0.0.1", server.server_address[1], timeout=5)
+        conn.putrequest("POST", "/r")
+        conn.putheader("Content-Length", "5000")
+        conn.endheaders()
+        answer = conn.getresponse()
+        assert answer.status == 400 and b"1 byte to 1000 bytes" in answer.read()
+        conn.close()
+        sock = socket.create_connection(("127.0.0.1", server.server_address[1]))
+        sock.sendall(b"GET /old HTTP/1.0\r\n\r\n")
+        sock.settimeout(5)
+        data = b""
+        while chunk := sock.recv(1000):
+            data += chunk
+        assert data.startswith(b"HTTP/1.1 200") and data.endswith(b"GET /old 0 -")
+        sock.close()
+
+
+@pytest.fixture
+def pki(tmp_path: Path) -> dict[str, TlsFiles]:
+    ca = CertificateAuthority(tmp_path / "ca")
+    ca.ensure("ha-ops test CA")
+    return {
+        "server": issue(ca, "ctl1", "ctl1", ("ha-ops:controllers",), ("127.0.0.1",)),
+        "n1": issue(ca, "n1", "n1", (tls.AGENTS,)),
+    }
+
+
+def test_tls_handshake_deadline_identity_cap_and_the_agent_poster_keeping_its_connection(
+    pki: dict[str, TlsFiles],
+) -> None:
+    routes = Echo()
+    context = ReloadingContext(pki["server"], server=True)
+    with front(routes, Limits(handshake_s=0.3, per_identity=2), context) as server:
+        port = server.server_address[1]
+        # A connection that never starts its handshake is dropped at the handshake deadline (issue 44, finding 1).
+        silent = socket.create_connection(("127.0.0.1", port))
+        assert 0.2 < closed_within(silent, 5) < 3.0
+        silent.close()
+        # The agent's poster: one connection, kept, for every report; its identity from its certificate.
+        poster = HttpPoster([f"https://127.0.0.1:{port}/v1/reports"], 5.0, ReloadingContext(pki["n1"], server=False))
+        report = AgentReport(node="n1", seq=1, agent_id="a", sent_at=0.0, state="healthy", action="none", reason="")
+        for seq in range(1, 4):
+            poster(report.model_copy(update={"seq": seq}))
+        assert [r.identity.name for r in routes.handled if r.identity] == ["n1"] * 3
+        assert server.open_connections == 1
+        # At most per_identity connections with one certificate: the poster's, one more, then refused.
+        client = ReloadingContext(pki["n1"], server=False).get()
+        second = client.wrap_socket(socket.create_connection(("127.0.0.1", port)), server_hostname="127.0.0.1")
+        third = client.wrap_socket(socket.create_connection(("127.0.0.1", port)), server_hostname="127.0.0.1")
+        with pytest.raises((ssl.SSLError, ConnectionResetError, BrokenPipeError, OSError)):
+            third.sendall(b"GET /z HTTP/1.1\r\nHost: x\r\n\r\n")
+            third.settimeout(2)
+            if not third.recv(100):
+                raise ConnectionResetError("closed")
+        second.sendall(b"GET /z HTTP/1.1\r\nHost: x\r\n\r\n")
+        second.settimeout(5)
+        assert second.recv(100).startswith(b"HTTP/1.1 200")
+        second.close()
+        third.close()
+        poster.close()
