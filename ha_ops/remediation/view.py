@@ -30,9 +30,19 @@ class View(BaseModel):
     at: float  # when the view was written
     slurm_ok_at: float = 0.0  # the last successful read of Slurm's node states
     agents: dict[str, float] = Field(default_factory=dict)  # node -> when its agent's report last arrived
+    heard_latest: float = 0.0  # when any agent's report last arrived (a published view may list no agents)
 
     def heard_at(self) -> float:
-        return max(self.agents.values(), default=0.0)
+        return max(self.heard_latest, max(self.agents.values(), default=0.0))
+
+    def published(self, leading: bool, window_s: float) -> View:
+        """The view as written for the peers, never O(fleet) in a healthy fleet: a leader's lists no agents (it
+        hears every node; the per-node times in a view are read only by a leader, in its standby's view, for the
+        agents that reach the standby alone, and a new leader counts silence from its own takeover), a standby's
+        lists those heard within `window_s` (an agent heard before that is silent to any reader). Written whole,
+        a leader's view was 44 KiB at 1,500 nodes and 730 KiB at 25,000, at every lease step (issue 43)."""
+        agents = {} if leading else {n: t for n, t in self.agents.items() if self.at - t <= window_s}
+        return self.model_copy(update={"agents": agents, "heard_latest": self.heard_at()})
 
     def reaches_slurm(self, now: float, window_s: float) -> bool:
         return now - self.slurm_ok_at <= window_s

@@ -117,7 +117,9 @@ def start_controller(folder: Path, count: int, port: int) -> subprocess.Popen:  
 
 
 def _more_files() -> None:
-    resource.setrlimit(resource.RLIMIT_NOFILE, (200_000, 200_000))  # (as root; a unit's LimitNOFILE elsewhere)
+    """The open-files limit at its hard value (the controller does that itself too; a generator needs it)."""
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
 def proc_figures(pid: int) -> tuple[float, int]:
@@ -132,7 +134,7 @@ def proc_figures(pid: int) -> tuple[float, int]:
 def generate(port: int, count: int, phases: list[tuple[float, float]]) -> None:
     """Every node connects and reports once, then for each phase (interval s, seconds) heartbeats on schedule.
     Prints one JSON line per phase: latencies (ms) and errors."""
-    resource.setrlimit(resource.RLIMIT_NOFILE, (200_000, 200_000))
+    _more_files()
     url = f"https://127.0.0.1:{port}/v1/reports"
     names = [node_name(i) for i in range(count)]
     posters = [HttpPoster([url], 2.0, ReloadingContext(files(n), server=False), node_address(i))

@@ -100,6 +100,10 @@ def test_25000_nodes_are_stored_in_documents_under_256_kib_and_a_heartbeat_write
     written = writes.since(mark)
     assert {name for name, _ in written} == {"state.json"}, written
     assert set(json.loads((rig.dir / "state.json").read_text())["journal"]) - set(journal) == {names[7], "s1"}
+    for name in names:  # every agent heard, as each report is (server.py): the view a lease step writes
+        rig.c.heard_from(name)
+    rig.c.lease_step()
+    assert [size for name, size in writes.log if name == "views/ctl1.json"][-1] < 1024  # (issue 43: was 730 KiB)
 
 
 def test_a_new_leader_loads_what_the_last_one_held_at_every_step_of_the_journal(tmp_path: Path) -> None:

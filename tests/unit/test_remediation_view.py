@@ -65,3 +65,18 @@ def test_describe_says_what_is_missing() -> None:
     assert view("a", True, True).describe(NOW, WINDOW) == "a reaches Slurm and hears agents"
     blind = View(id="a", at=NOW)
     assert blind.describe(NOW, WINDOW) == "a never read Slurm and has heard no agent yet"
+
+
+def test_a_published_view_is_small_for_a_leader_and_keeps_a_standbys_recent_agents() -> None:
+    """Written at every lease step, a leader's view listed every node (730 KiB at 25,000); now it lists none and
+    says when it last heard one, which is all a peer reads of it. A standby's lists the agents heard within the
+    window (the leader reads those: agents that reach the standby alone), and judges the same."""
+    agents = {f"gpu{i:05d}": NOW - (i % 10) for i in range(25_000)} | {"old": NOW - 100}
+    own = View(id="ctl1", at=NOW, slurm_ok_at=NOW, agents=agents)
+    leading = own.published(leading=True, window_s=30)
+    assert leading.agents == {} and leading.heard_at() == own.heard_at() == NOW
+    assert len(leading.model_dump_json()) < 200
+    assert should_yield(leading, [view("ctl2", True, True)], NOW, WINDOW) is None  # (still hears agents)
+    standby = own.published(leading=False, window_s=30)
+    assert set(standby.agents) == set(agents) - {"old"} and last_heard([standby], "gpu00003") == NOW - 3
+    assert last_heard([standby], "old") == 0.0  # (silent to any reader anyway)
