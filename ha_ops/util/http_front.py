@@ -27,7 +27,7 @@ import resource
 import socket
 import ssl
 import threading
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -110,8 +110,10 @@ class _Caps:
     by_address: Counter[str] = field(default_factory=Counter)
     by_identity: Counter[str] = field(default_factory=Counter)
 
-    def admit(self, address: str) -> bool:
-        if self.total >= self.limits.connections or self.by_address[address] >= self.limits.per_address:
+    def admit(self, address: str, room_made: bool = False) -> bool:
+        """`room_made`: an idle connection is being closed to make room (its release follows)."""
+        full = self.total >= self.limits.connections and not room_made
+        if full or self.by_address[address] >= self.limits.per_address:
             return False
         self.total += 1
         self.by_address[address] += 1
@@ -152,6 +154,10 @@ class HttpFront:
         self._workers = ThreadPoolExecutor(self.limits.workers, thread_name_prefix=f"{name}-worker")
         self._caps = _Caps(self.limits)
         self._connections: set[asyncio.Task[None]] = set()
+        # Kept connections waiting for their next request, the one that went idle last at the end: at the cap, a
+        # new connection closes that one. Agents report on a period, so it is the one whose next report is furthest
+        # away: with more agents than the open-files limit allows connections, the fewest reconnect.
+        self._idle: OrderedDict[asyncio.Task[None], None] = OrderedDict()
 
     # --- socketserver's interface --------------------------------------------------------------------------------
     def serve_forever(self, poll_interval: float | None = None) -> None:
@@ -196,7 +202,7 @@ class HttpFront:
         assert task is not None
         self._connections.add(task)
         address = str(writer.get_extra_info("peername")[0])
-        if not self._caps.admit(address):
+        if not self._caps.admit(address) and not self._make_room(address):
             log.warning("%s: refused a connection from %s (over the limit of connections)", self.name, address)
             self._connections.discard(task)
             writer.transport.abort()
@@ -224,16 +230,34 @@ class HttpFront:
         finally:
             self._caps.release(address, name)
             self._connections.discard(task)
+            self._idle.pop(task, None)
             writer.transport.abort()
+
+    def _make_room(self, address: str) -> bool:
+        """At the cap of connections in all: close the kept connection that went idle last, and admit this one."""
+        if self._caps.total < self.limits.connections or not self._idle:
+            return False
+        if not self._caps.admit(address, room_made=True):
+            return False  # (over its own address's cap: nothing closed for it)
+        victim, _ = self._idle.popitem(last=True)
+        victim.cancel()
+        return True
 
     async def _requests(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, address: str,
                         identity: Identity | None, presented: bytes | None) -> None:  # fmt: skip
         """Requests on one connection, one after another, until either side closes it."""
         conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEADERS_BYTES)
+        wait_s = self.limits.request_s  # (a connection that never sends a request is dropped as a slow one)
         while True:
             if conn.next_event() is h11.NEED_DATA:  # waiting for a request: closed after idle_s
-                async with asyncio.timeout(self.limits.idle_s):
-                    conn.receive_data(await reader.read(READ_CHUNK))
+                task = asyncio.current_task()
+                assert task is not None
+                self._idle[task] = None
+                try:
+                    async with asyncio.timeout(wait_s):
+                        conn.receive_data(await reader.read(READ_CHUNK))
+                finally:
+                    self._idle.pop(task, None)
             try:
                 async with asyncio.timeout(self.limits.request_s):  # from the request's first byte to its end
                     request = await self._read(reader, writer, conn, identity, presented, address)
@@ -253,6 +277,7 @@ class HttpFront:
             if request is None or conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
                 return await _close(writer)  # (the caller closed, HTTP/1.0 or `Connection: close`, a refusal)
             conn.start_next_cycle()
+            wait_s = self.limits.idle_s
 
     async def _read(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, conn: h11.Connection,
                     identity: Identity | None, presented: bytes | None,

@@ -7,7 +7,6 @@ import http.client
 import json
 import socket
 import threading
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -404,11 +403,11 @@ def test_only_ha_ops_storage_alerts_are_recorded(api: Api, leader: Controller) -
 
 def test_half_sent_requests_are_dropped_at_their_deadline_and_hold_no_worker(tmp_path: Path, clock: Clock) -> None:
     """20 callers that send half a request and wait, and 20 that connect and send nothing: a genuine report is
-    answered meanwhile, no worker thread serves any of them, and each half-sent request is dropped at the whole-request
-    deadline (issue 44: the API served 0 of 8 reports behind 256 such callers)."""
+    answered while all 40 are still connected, no worker thread serves any of them, and each is dropped at the
+    whole-request deadline (issue 44: the API served 0 of 8 reports behind 256 such callers)."""
     controller = make_controller(tmp_path / "shared", "ctl1", clock)
     controller.lease_step()
-    server = serve(controller, "127.0.0.1", 0, Limits(request_s=0.5, idle_s=30.0))
+    server = serve(controller, "127.0.0.1", 0, Limits(request_s=3.0))
     threading.Thread(target=server.serve_forever, daemon=True).start()
     threads_before = threading.active_count()
     try:
@@ -419,19 +418,16 @@ def test_half_sent_requests_are_dropped_at_their_deadline_and_hold_no_worker(tmp
             conn = socket.create_connection(("127.0.0.1", port))
             conn.sendall(b"POST /v1/reports HTTP/1.1\r\nHost: x\r\nContent-Length: 500\r\n\r\n{")  # and no more
             stalled.append(conn)
-        started = time.monotonic()
         status, body, _ = Api(f"http://127.0.0.1:{port}", controller.config.state_dir).call("/v1/reports",
                                                                                              report_body())  # fmt: skip
         assert status == 200 and body["accepted"] is True
-        assert time.monotonic() - started < 0.5  # (answered before any of them was dropped)
+        assert server.open_connections >= 40  # (answered while every one of them still held its connection)
         assert threading.active_count() - threads_before <= 1  # (the one worker that served the report)
-        for conn in stalled:
-            conn.settimeout(5)
-            answer = conn.recv(100)  # dropped at the deadline: closed, no answer
-            assert answer == b""
-        assert server.open_connections == 20  # the silent ones: idle, closed after idle_s
         for conn in silent + stalled:
+            conn.settimeout(10)
+            assert conn.recv(100) == b""  # dropped at the deadline: closed, no answer
             conn.close()
+        assert server.open_connections == 0
     finally:
         server.shutdown()
         server.server_close()
