@@ -243,3 +243,25 @@ def test_a_drain_writes_the_condition_only_where_the_agent_has_not(agent_said: s
     assert client.calls == calls
     facts = NodeFacts.of(client.obj)
     assert facts.cordoned and facts.reason.endswith("GPU1 xid: XID 79")
+
+
+class NodesNamed(OneNode):
+    """OneNode as the API answers for any name: n1 is there, any other is a 404; no pods anywhere."""
+
+    def get(self, kind: type, name: str) -> Any:
+        if name != self.obj["metadata"]["name"]:
+            self.calls.append(f"get {name}: 404")
+            raise api_error(404)
+        return super().get(kind, name)
+
+    def list(self, kind: type, **_: Any) -> list[Any]:
+        return []
+
+
+def test_nodes_leaves_out_a_node_the_api_does_not_know_as_slurms_does() -> None:
+    """`nodes` answers the nodes it can describe (the Scheduler protocol; Slurm's leaves out what sinfo does not
+    list): a node deleted from Kubernetes meanwhile no longer fails the whole read (it raised UnknownNode)."""
+    client = NodesNamed(node())
+    found = KubernetesScheduler(client).nodes(["n1", "gone"])  # type: ignore[arg-type]
+    assert list(found) == ["n1"] and found["n1"].state == "IDLE"
+    assert "get gone: 404" in client.calls
