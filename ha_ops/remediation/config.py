@@ -14,6 +14,7 @@ from ha_ops.remediation.certificates import CertificatesConfig
 from ha_ops.remediation.fence_config import SlurmFence
 from ha_ops.security.tls import TlsFiles
 from ha_ops.util.command_template import GpuCommand, NodeCommand
+from ha_ops.util.http_front import Limits
 from ha_ops.util.models import ConfigModel
 from ha_ops.util.names import NodeName
 from ha_ops.util.yamlconfig import load_model
@@ -205,6 +206,8 @@ class ControllerConfig(ConfigModel):
     id: str = Field(min_length=1, description="This instance's name, unique among the controllers.")
     listen_address: str = "0.0.0.0"
     port: int = Field(8800, ge=1, le=65535)
+    api: Limits = Field(default_factory=Limits, description="What one caller may hold of the API server: deadlines "
+                        "and caps per address and per certificate (ha_ops.util.http_front).")  # fmt: skip
     peers: list[str] = Field(default_factory=list, description="Other controllers' base URLs (to name the leader).")
     state_dir: Path | None = Field(
         None,

@@ -304,7 +304,7 @@ class ControllerRoutes:
 def serve(controller: ControllerApi, address: str, port: int, limits: Limits | None = None) -> HttpFront:
     files = controller.config.tls
     context = tls.ReloadingContext(files, server=True).get if files is not None else None
-    return HttpFront(ControllerRoutes(controller), address, port, context, limits, name="api")
+    return HttpFront(ControllerRoutes(controller), address, port, context, limits or controller.config.api, name="api")
 
 
 def serve_public(controller: ControllerApi, address: str, port: int) -> HttpFront:
@@ -313,4 +313,5 @@ def serve_public(controller: ControllerApi, address: str, port: int) -> HttpFron
     presents no certificate) and /metrics (Prometheus' scrape)."""
     assert controller.config.tls is not None  # (certificates needs tls: the config's validator)
     context = tls.ReloadingContext(controller.config.tls, server=True, verify_client=False)
-    return HttpFront(ControllerRoutes(controller, public=True), address, port, context.get, name="enrollment")
+    return HttpFront(ControllerRoutes(controller, public=True), address, port, context.get, controller.config.api,
+                     name="enrollment")  # fmt: skip

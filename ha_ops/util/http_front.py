@@ -35,8 +35,10 @@ from http import HTTPStatus
 from typing import Protocol
 
 import h11
+from pydantic import Field
 
 from ha_ops.security.tls import Identity, identity_of
+from ha_ops.util.models import ConfigModel
 
 log = logging.getLogger(__name__)
 READ_CHUNK = 64 << 10
@@ -46,15 +48,21 @@ asyncio.sslproto.SSLProtocol.max_size = 32 << 10
 MAX_HEADERS_BYTES = 16 << 10
 
 
-@dataclass(frozen=True)
-class Limits:
-    handshake_s: float = 5.0
-    request_s: float = 10.0
-    idle_s: float = 60.0  # (an agent reports every 10 s: its connection stays open between reports)
-    per_address: int = 64
-    per_identity: int = 16
-    connections: int = 60_000  # (and never more than the open-files limit allows: open_files_limit)
-    workers: int = 256  # (a report's worker waits for the group commit that holds its decision)
+class Limits(ConfigModel):
+    """What one caller may hold of the server (the controller's config: `api`)."""
+
+    handshake_s: float = Field(5.0, gt=0, le=60, description="A TLS handshake must end within this.")
+    request_s: float = Field(10.0, gt=0, le=300, description="A request, from its first byte to the end of its body "
+                             "(and a new connection's first request), must arrive within this.")  # fmt: skip
+    idle_s: float = Field(60.0, gt=0, le=3600, description="A kept connection with no request is closed after this "
+                          "(an agent reports every 10 s: its connection stays open between reports).")  # fmt: skip
+    per_address: int = Field(64, ge=1, description="Connections from one address (agents behind one NAT address: "
+                             "raise it).")  # fmt: skip
+    per_identity: int = Field(16, ge=1, description="Connections with one certificate's name.")
+    connections: int = Field(60_000, ge=1, description="Connections in all (never more than the open-files limit "
+                             "allows; at the cap a new one closes the kept one that went idle last).")  # fmt: skip
+    workers: int = Field(256, ge=1, le=4096, description="Threads that handle complete requests (a report's waits "
+                         "for the group commit that holds its decision).")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -144,8 +152,7 @@ class HttpFront:
         self.routes, self.context, self.name = routes, context, name
         limits = limits or Limits()
         reserve = 256  # (files the rest of the process needs: state, logs, clients)
-        self.limits = Limits(**{**limits.__dict__, "connections": min(limits.connections,
-                                                                      open_files_limit() - reserve)})  # fmt: skip
+        self.limits = limits.model_copy(update={"connections": min(limits.connections, open_files_limit() - reserve)})
         self._socket = socket.create_server((address, port), backlog=4096)
         self.server_address = self._socket.getsockname()
         self._loop = asyncio.new_event_loop()

@@ -48,7 +48,7 @@ from ha_ops.security import tls
 from ha_ops.security.pki import CertificateAuthority
 from ha_ops.security.tls import ReloadingContext, TlsFiles
 from tests.bench.controller import percentile
-from tests.bench.k8s_cordon import free_port, stop_process
+from tests.bench.k8s_cordon import free_port, loopback_address, stop_process
 
 CERTS = Path("/tmp/ha-ops-ingest-certs")  # kept between runs: 25,000 certificates take a while to make
 P99_GOAL_MS = 250.0
@@ -57,10 +57,6 @@ THREADS = 48  # the generator's senders (each report waits for its answer; a nod
 
 def node_name(i: int) -> str:
     return f"gpu{i:05d}"
-
-
-def node_address(i: int) -> str:
-    return f"127.{1 + i // 65536}.{(i // 256) % 256}.{i % 256 or 1}"
 
 
 def _issue(names: list[str]) -> None:
@@ -137,7 +133,7 @@ def generate(port: int, count: int, phases: list[tuple[float, float]]) -> None:
     _more_files()
     url = f"https://127.0.0.1:{port}/v1/reports"
     names = [node_name(i) for i in range(count)]
-    posters = [HttpPoster([url], 2.0, ReloadingContext(files(n), server=False), node_address(i))
+    posters = [HttpPoster([url], 2.0, ReloadingContext(files(n), server=False), loopback_address(i))
                for i, n in enumerate(names)]  # fmt: skip
     seqs = [0] * count
 

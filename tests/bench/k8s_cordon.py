@@ -47,7 +47,9 @@ from lightkube import Client
 from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import ConfigMap, Node
 
+from ha_ops.health.agent import HttpPoster
 from ha_ops.health.config import KubernetesCondition
+from ha_ops.health.report import AgentReport
 from ha_ops.lab import kubernetes
 from ha_ops.lab.cluster import Lab
 from ha_ops.lab.paths import LabPaths
@@ -104,10 +106,20 @@ def stop_process(proc: subprocess.Popen, grace_s: float) -> bool:  # type: ignor
         return False
 
 
-def post(url: str, body: bytes) -> None:
-    request = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=30) as answer:
-        answer.read()
+def loopback_address(index: int) -> str:
+    """A loopback address of its own for agent `index` (127.0.0.0/8 is all this host's; none ends in .0 or .255)."""
+    a, b, c = index // (254 * 254), (index // 254) % 254, index % 254
+    return f"127.{1 + a}.{1 + b}.{1 + c}"
+
+
+def post(url: str, report: AgentReport, index: int) -> None:
+    """`report` as the agent of node `index` sends it (its poster), from an address of its own: the API caps the
+    connections from one address, and each of a fleet's agents has its own."""
+    poster = HttpPoster([url], 30.0, source_address=loopback_address(index))
+    try:
+        poster(report)
+    finally:
+        poster.close()
 
 
 def watch_cordons(api: Client, seen: dict[str, float], stop: threading.Event) -> None:
@@ -163,7 +175,7 @@ def one_run(lab: Lab, api: Client, nodes: list[str], failing: int, stagger: bool
             time.sleep(max(0.0, start + delays[node] - time.time()))
             sent[node] = time.time()
             body = report(node, 1, True).model_copy(update={"agent_id": f"agent-{node}", "sent_at": time.time()})
-            post(f"{url}/v1/reports", body.model_dump_json().encode())
+            post(f"{url}/v1/reports", body, victims.index(node))
             answered[node] = time.time()
             time.sleep(random.uniform(0.0, condition_jitter_s))
             set_gpu_condition(api, node, "False", body.reason)

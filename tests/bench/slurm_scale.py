@@ -153,7 +153,7 @@ def one_run(slurm: SlurmEmulator, names: list[str], failing: int, run: int) -> t
         def agent(node: str) -> None:
             sent[node] = time.time()
             body = report(node, 1, True).model_copy(update={"agent_id": f"agent-{node}", "sent_at": sent[node]})
-            post(f"{url}/v1/reports", body.model_dump_json().encode())
+            post(f"{url}/v1/reports", body, victims.index(node))
             answered[node] = time.time()
 
         with ThreadPoolExecutor(max_workers=failing) as pool:
