@@ -52,7 +52,8 @@ from tests.bench.k8s_cordon import free_port, loopback_address, stop_process
 
 CERTS = Path("/tmp/ha-ops-ingest-certs")  # kept between runs: 25,000 certificates take a while to make
 P99_GOAL_MS = 250.0
-THREADS = 48  # the generator's senders (each report waits for its answer; a node's reports go one at a time)
+PER_GENERATOR = 12_500  # nodes per load generator process (each holds a connection per node)
+THREADS = 48  # each generator's senders (each report waits for its answer; a node's reports go one at a time)
 
 
 def node_name(i: int) -> str:
@@ -126,21 +127,23 @@ def proc_figures(pid: int) -> tuple[float, int]:
     return cpu, int(io["write_bytes"])
 
 
-# --- the load generator (a process of its own) ---------------------------------------------------------------------
-def generate(port: int, count: int, phases: list[tuple[float, float]]) -> None:
-    """Every node connects and reports once, then for each phase (interval s, seconds) heartbeats on schedule.
-    Prints one JSON line per phase: latencies (ms) and errors."""
+# --- the load generators (processes of their own) ------------------------------------------------------------------
+def generate(port: int, first: int, last: int, count: int, phases: list[tuple[float, float]]) -> None:
+    """Nodes first..last-1 of `count` connect and report once; then, for each phase (interval s, seconds), once the
+    parent writes the phase's start (a wall-clock time) on stdin, heartbeats on schedule (node i due at
+    start + i/count * interval, then every interval). Prints one JSON line per phase: latencies (ms) and errors."""
     _more_files()
     url = f"https://127.0.0.1:{port}/v1/reports"
-    names = [node_name(i) for i in range(count)]
-    posters = [HttpPoster([url], 2.0, ReloadingContext(files(n), server=False), loopback_address(i))
-               for i, n in enumerate(names)]  # fmt: skip
-    seqs = [0] * count
+    mine = range(first, last)
+    posters = {i: HttpPoster([url], 2.0, ReloadingContext(files(node_name(i)), server=False), loopback_address(i))
+               for i in mine}  # fmt: skip
+    seqs = dict.fromkeys(mine, 0)
 
     def send(i: int) -> str | None:
         seqs[i] += 1
-        report = AgentReport(node=names[i], seq=seqs[i], agent_id=f"bench-{names[i]}", sent_at=time.time(),
-                             state="healthy", action="none", reason="healthy")  # fmt: skip
+        name = node_name(i)
+        report = AgentReport(node=name, seq=seqs[i], agent_id=f"bench-{name}", sent_at=time.time(), state="healthy",
+                             action="none", reason="healthy")  # fmt: skip
         try:
             posters[i](report)
             return None
@@ -173,19 +176,17 @@ def generate(port: int, count: int, phases: list[tuple[float, float]]) -> None:
         return latencies, errors
 
     started = time.monotonic()
-    _, errors = run([(started, i) for i in range(count)])  # connect and report once, as fast as it goes
+    _, errors = run([(started, i) for i in mine])  # connect and report once, as fast as it goes
     print(json.dumps({"phase": "connect", "seconds": time.monotonic() - started, "errors": errors[:5],
                       "failed": len(errors)}), flush=True)  # fmt: skip
     for interval, seconds in phases:
-        start = time.monotonic() + 0.5
+        start = time.monotonic() + float(sys.stdin.readline()) - time.time()
         schedule = sorted((start + (i / count) * interval + k * interval, i)
-                          for k in range(max(1, round(seconds / interval))) for i in range(count))  # fmt: skip
-        schedule = [(due, i) for due, i in schedule if due < start + seconds]
-        print(json.dumps({"phase": "start", "interval": interval}), flush=True)
-        latencies, errors = run(schedule)
-        print(json.dumps({"phase": "done", "interval": interval, "seconds": seconds, "latencies": latencies,
-                          "errors": errors[:5], "failed": len(errors)}), flush=True)  # fmt: skip
-    for poster in posters:
+                          for k in range(max(1, round(seconds / interval))) for i in mine)  # fmt: skip
+        latencies, errors = run([(due, i) for due, i in schedule if due < start + seconds])
+        print(json.dumps({"phase": "done", "latencies": latencies, "errors": errors[:5], "failed": len(errors)}),
+              flush=True)  # fmt: skip
+    for poster in posters.values():
         poster.close()
 
 
@@ -196,37 +197,52 @@ def measure(count: int, seconds: float, interval: float, find_max: bool) -> dict
         folder = Path(tmp)
         port = free_port()
         controller = start_controller(folder, count, port)
+        generators: list[subprocess.Popen] = []  # type: ignore[type-arg]
         try:
             _wait_leading(port, folder)
             phases = [(interval, seconds)]
             if find_max:
                 phases += [(interval / 2**k, 15.0) for k in range(1, 6)]
-            generator = subprocess.Popen([sys.executable, __file__, "--generate", str(port), str(count),
-                                          json.dumps(phases)], stdout=subprocess.PIPE, text=True)  # fmt: skip
-            assert generator.stdout is not None
+            # (one process holds at most the open-files limit of connections: 20,000 on this machine)
+            slices = -(-count // PER_GENERATOR)
+            bounds = [(k * count // slices, (k + 1) * count // slices) for k in range(slices)]
+            generators = [subprocess.Popen([sys.executable, __file__, "--generate", str(port), str(a), str(b),
+                                            str(count), json.dumps(phases)], stdin=subprocess.PIPE,
+                                           stdout=subprocess.PIPE, text=True) for a, b in bounds]  # fmt: skip
+            connects = [json.loads(_line(g)) for g in generators]
+            failed = sum(c["failed"] for c in connects)
+            print(f"  {count} nodes ({len(generators)} generator processes) connected and reported once in "
+                  f"{max(c['seconds'] for c in connects):.1f} s ({failed} failed "
+                  f"{[e for c in connects for e in c['errors']][:2]})", flush=True)  # fmt: skip
             result: dict[str, float] = {}
-            marks: tuple[float, float, float] = (0.0, 0.0, 0.0)
-            for line in generator.stdout:
-                event = json.loads(line)
-                if event["phase"] == "connect":
-                    print(f"  {count} nodes connected and reported once in {event['seconds']:.1f} s "
-                          f"({event['failed']} failed {event['errors'][:2]})", flush=True)  # fmt: skip
-                elif event["phase"] == "start":
-                    marks = (time.monotonic(), *proc_figures(controller.pid))
-                elif event["phase"] == "done":
-                    took = time.monotonic() - marks[0]
-                    cpu, written = proc_figures(controller.pid)
-                    figures = _figures(event, took, cpu - marks[1], written - marks[2])
-                    _print_phase(count, event, figures)
-                    if not result:
-                        result = figures
-                    elif figures["p99"] <= P99_GOAL_MS and not event["failed"]:
-                        result["max_rate"] = max(result.get("max_rate", 0.0), figures["rate"])
-                    if find_max and (figures["p99"] > P99_GOAL_MS or event["failed"]):
-                        generator.kill()
-                        break
-            generator.wait(60)
-            result.setdefault("max_rate", result.get("rate", 0.0) if result.get("p99", 1e9) <= P99_GOAL_MS else 0.0)
+            for phase_interval, phase_seconds in phases:
+                start = time.time() + 1.0
+                for g in generators:
+                    assert g.stdin is not None
+                    g.stdin.write(f"{start}\n")
+                    g.stdin.flush()
+                time.sleep(max(0.0, start - time.time()))
+                began, (cpu0, written0) = time.monotonic(), proc_figures(controller.pid)
+                dones = [json.loads(_line(g)) for g in generators]
+                took = time.monotonic() - began
+                cpu, written = proc_figures(controller.pid)
+                event = {
+                    "interval": phase_interval,
+                    "seconds": phase_seconds,
+                    "latencies": [x for d in dones for x in d["latencies"]],
+                    "errors": [e for d in dones for e in d["errors"]],
+                    "failed": sum(d["failed"] for d in dones),
+                }
+                figures = _figures(event, took, cpu - cpu0, written - written0)
+                _print_phase(count, event, figures)
+                if not result:
+                    result = figures
+                elif figures["p99"] <= P99_GOAL_MS and not event["failed"]:
+                    result["max_rate"] = max(result.get("max_rate", 0.0), figures["rate"])
+                if find_max and (figures["p99"] > P99_GOAL_MS or event["failed"]):
+                    break
+            result.setdefault("max_rate", result["rate"] if result["p99"] <= P99_GOAL_MS and not result["failed"]
+                              else 0.0)  # fmt: skip
             state = folder / "state"
             sizes = [p.stat().st_size for p in state.rglob("*") if p.is_file()]
             result["state_bytes"], result["largest"] = float(sum(sizes)), float(max(sizes, default=0))
@@ -234,8 +250,19 @@ def measure(count: int, seconds: float, interval: float, find_max: bool) -> dict
                   f"{max(sizes, default=0) / 1024:.0f} KiB", flush=True)  # fmt: skip
             return result
         finally:
+            for g in generators:
+                g.kill()
+                g.wait(30)
             if not stop_process(controller, 30):
                 print("  (the controller did not stop within 30 s of SIGTERM: killed)")
+
+
+def _line(generator: subprocess.Popen) -> str:  # type: ignore[type-arg]
+    assert generator.stdout is not None
+    line = generator.stdout.readline()
+    if not line:
+        raise SystemExit(f"a load generator ended (exit {generator.wait(30)})")
+    return line
 
 
 def _figures(event: dict, took: float, cpu_s: float, written: int) -> dict[str, float]:
@@ -275,7 +302,7 @@ def _wait_leading(port: int, folder: Path) -> None:
 
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--generate":
-        generate(int(sys.argv[2]), int(sys.argv[3]), [tuple(p) for p in json.loads(sys.argv[4])])
+        generate(*map(int, sys.argv[2:6]), [tuple(p) for p in json.loads(sys.argv[6])])  # type: ignore[call-arg]
         return
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nodes", type=int, nargs="+", default=[1500, 5000, 25000])

@@ -574,6 +574,7 @@ def controllers_issue_certificates(
     post(agent_report(node, 1, False))
     with pytest.raises(ConnectionError, match="HTTP 403"):
         post(agent_report("gpu1" if node != "gpu1" else "gpu2", 1, False))
+    post.close()
     before = cert.serial_number
     renew(files, api_urls)
     renewed = x509.load_pem_x509_certificates(files.cert_file.read_bytes())[0]
@@ -979,11 +980,14 @@ def agents_reporting(nodes: list[str], urls: list[str], faulty: Callable[[str], 
 
     def agent(node: str) -> None:
         post, seq = HttpPoster(urls, timeout=1.0, context=tls_of(node) if tls_of else None), 0
-        while not stop.is_set():
-            seq += 1
-            with suppress(ConnectionError):  # no controller leads for a moment (a failover): the next one tries again
-                post(agent_report(node, seq, faulty(node)))
-            stop.wait(1.0)
+        try:
+            while not stop.is_set():
+                seq += 1
+                with suppress(ConnectionError):  # no controller leads for a moment (a failover): the next one tries
+                    post(agent_report(node, seq, faulty(node)))
+                stop.wait(1.0)
+        finally:
+            post.close()  # (its kept connections)
 
     threads = [threading.Thread(target=agent, args=(n,), daemon=True) for n in nodes]
     for thread in threads:

@@ -54,7 +54,9 @@ def views_whole(lab: Lab, node: str) -> bool:
     report to the leader, so a standby hears them only once the leader stops answering.)"""
     text = on_controller_storage(lab, 'for c in ctl1 ctl2; do cat "$1/views/$c.json" 2>/dev/null; echo; done')
     views = {v["id"]: v for v in (json.loads(line) for line in text.splitlines() if line.strip().startswith("{"))}
-    return len(views) == 2 and all(v.get("slurm_ok_at") for v in views.values()) and bool(views[node].get("agents"))
+    # (a leader's view says when it last heard an agent, and lists none: view.View.published)
+    heard = views.get(node, {}).get("heard_latest") or views.get(node, {}).get("agents")
+    return len(views) == 2 and all(v.get("slurm_ok_at") for v in views.values()) and bool(heard)
 
 
 def lead_from(lab: Lab, node: str) -> None:
