@@ -17,7 +17,7 @@ from ha_ops.remediation.model import (
     NodeRecord,
     Rung,
 )
-from ha_ops.remediation.observers import NodeView
+from ha_ops.remediation.observers import NO_VIEW, NodeView
 from ha_ops.remediation.safety import gate_cordon
 from ha_ops.schedulers.base import AGENT_REASON_PREFIX
 
@@ -197,7 +197,7 @@ def manage_spares(state: ControllerState, views: dict[str, NodeView], now: float
             continue
         covered = state.nodes.get(spare.spare_for) if spare.spare_for else None
         still_needed = covered is not None and covered.phase.out_of_service
-        if not still_needed and not views.get(spare.name, NodeView()).jobs:
+        if not still_needed and not views.get(spare.name, NO_VIEW).jobs:
             why = f"{spare.spare_for} is back in service" if spare.spare_for else "no node needs a stand-in"
             spare.in_main, spare.spare_for = False, None
             out.intents.append(make_intent(state, spare, "spare_out", why, now, token))

@@ -47,6 +47,11 @@ class NodeView:
     polled_at: float = 0.0  # when the poll that read `state` began
 
 
+# A node with no view this tick (no fresh poll): one shared value, frozen, not one made per node per tick (at 25,000
+# nodes, five ticks a second, that was 375,000 objects a second).
+NO_VIEW = NodeView()
+
+
 def responding(scheduler_state: str) -> bool:
     """The scheduler reaches the node: not DOWN (`down`, `down*`, ...) and not `*` (not responding)."""
     state = scheduler_state.lower()

@@ -59,7 +59,7 @@ from ha_ops.remediation.model import (
     NodeRecord,
     Rung,
 )
-from ha_ops.remediation.observers import NodeView
+from ha_ops.remediation.observers import NO_VIEW, NodeView
 from ha_ops.schedulers.base import AGENT_REASON_PREFIX
 
 # What callers read from here: the decisions' entry points, and the parts they are built from.
@@ -263,10 +263,10 @@ def on_tick(
     judgement = lost_nodes.judge(state, views, config, now)
     out.notes += judgement.notes
     for rec in state.nodes.values():
-        slurm_state = views.get(rec.name, NodeView()).state
+        slurm_state = views.get(rec.name, NO_VIEW).state
         if not slurm_state or rec.maintenance is not None:
             continue  # no fresh node states this tick; or a rollout drains, reboots and returns it (not lost)
-        view = views.get(rec.name, NodeView())
+        view = views.get(rec.name, NO_VIEW)
         lost = rec.name in judgement.lost
         # Act when a node is found lost (or again while its cordon waits for the rate limit), not on every poll: a
         # refused cordon (breaker open) is not retried and logged forever.
@@ -291,7 +291,7 @@ def on_tick(
             out.intents += taken.intents
             out.notes += taken.notes + ([taken.ignored] if taken.ignored else [])
     for rec in state.nodes.values():
-        view = views.get(rec.name, NodeView())
+        view = views.get(rec.name, NO_VIEW)
         drain = episode_done(state, rec, "drain") if rec.phase == NodePhase.CORDONED else None
         if drain is not None and drain.status == "failed":
             # Never repair a node Slurm still schedules onto: try the drain again, after a pause.

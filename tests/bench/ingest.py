@@ -269,7 +269,8 @@ def _figures(event: dict, took: float, cpu_s: float, written: int) -> dict[str, 
     latencies = event["latencies"] or [0.0]
     served = len(event["latencies"])
     return {
-        "rate": served / event["seconds"], "offered": 1 / event["interval"],
+        # (served over the time they took: a controller that falls behind serves the phase's reports late)
+        "rate": served / max(took, event["seconds"]), "offered": 1 / event["interval"],
         "p50": percentile(latencies, 0.5), "p99": percentile(latencies, 0.99),
         "failed": float(event["failed"]), "cpu_ms": cpu_s * 1000 / max(1, served), "cpu_share": cpu_s / took,
         "written_per_s": written / took,
