@@ -6,7 +6,8 @@ files in a folder on disk. Each node has its own certificate from a CA made here
 sends each node's heartbeat through the agent's own poster (ha_ops.health.agent.HttpPoster: one kept-alive
 connection per node) every `--interval` s, spread evenly (an open loop: each report has a due time, and its latency
 is measured from that time, so a generator or controller that falls behind shows it). First every node connects
-and reports once; then `--seconds` of steady heartbeats are measured:
+and reports once, then one interval of heartbeats warms up (not measured); then `--seconds` of steady heartbeats
+are measured:
 
 - achieved rate, p50/p99 from due time to answer, errors (anything but 200, or no answer within the agent's 2 s);
 - the controller's CPU ms per report (its /proc/PID/stat), bytes it wrote per second (/proc/PID/io write_bytes:
@@ -200,7 +201,9 @@ def measure(count: int, seconds: float, interval: float, find_max: bool) -> dict
         generators: list[subprocess.Popen] = []  # type: ignore[type-arg]
         try:
             _wait_leading(port, folder)
-            phases = [(interval, seconds)]
+            # A first interval not measured: every agent's connection kept since its first report (a connect phase
+            # longer than the server's idle_s ends with the first connections closed, and their agents connect again).
+            phases = [(interval, interval), (interval, seconds)]
             if find_max:
                 phases += [(interval / 2**k, 15.0) for k in range(1, 6)]
             # (one process holds at most the open-files limit of connections: 20,000 on this machine)
@@ -215,7 +218,7 @@ def measure(count: int, seconds: float, interval: float, find_max: bool) -> dict
                   f"{max(c['seconds'] for c in connects):.1f} s ({failed} failed "
                   f"{[e for c in connects for e in c['errors']][:2]})", flush=True)  # fmt: skip
             result: dict[str, float] = {}
-            for phase_interval, phase_seconds in phases:
+            for phase_index, (phase_interval, phase_seconds) in enumerate(phases):
                 start = time.time() + 1.0
                 for g in generators:
                     assert g.stdin is not None
@@ -234,6 +237,10 @@ def measure(count: int, seconds: float, interval: float, find_max: bool) -> dict
                     "failed": sum(d["failed"] for d in dones),
                 }
                 figures = _figures(event, took, cpu - cpu0, written - written0)
+                if phase_index == 0:
+                    print(f"  (warm-up: {figures['rate']:.0f} reports/s, p99 {figures['p99']:.0f} ms, "
+                          f"{figures['failed']:.0f} failed)", flush=True)  # fmt: skip
+                    continue
                 _print_phase(count, event, figures)
                 if not result:
                     result = figures
