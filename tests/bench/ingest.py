@@ -2,8 +2,8 @@
 
 The real controller (`ha-ops controller run`, a process of its own) serves its API over mutual TLS; its state on
 files in a folder on disk. Each node has its own certificate from a CA made here, and its own loopback address
-(127.x.y.z: as many peers as nodes, each under the server's cap per address). A load generator, another process,
-sends each node's heartbeat through the agent's own poster (ha_ops.health.agent.HttpPoster: one kept-alive
+(127.x.y.z: as many peers as nodes, each under the server's cap per address). Load generators, processes of their
+own (12,500 nodes each: one process holds at most its open-files limit of connections), send each node's heartbeat through the agent's own poster (ha_ops.health.agent.HttpPoster: one kept-alive
 connection per node) every `--interval` s, spread evenly (an open loop: each report has a due time, and its latency
 is measured from that time, so a generator or controller that falls behind shows it). First every node connects
 and reports once, then one interval of heartbeats warms up (not measured); then `--seconds` of steady heartbeats
