@@ -3,9 +3,10 @@
 The real controller (`ha-ops controller run`, a process of its own) serves its API over mutual TLS; its state on
 files in a folder on disk. Each node has its own certificate from a CA made here, and its own loopback address
 (127.x.y.z: as many peers as nodes, each under the server's cap per address). Load generators, processes of their
-own (12,500 nodes each: one process holds at most its open-files limit of connections), send each node's heartbeat through the agent's own poster (ha_ops.health.agent.HttpPoster: one kept-alive
-connection per node) every `--interval` s, spread evenly (an open loop: each report has a due time, and its latency
-is measured from that time, so a generator or controller that falls behind shows it). First every node connects
+own (12,500 nodes each: one process holds at most its open-files limit of connections), send each node's heartbeat
+through the agent's own poster (ha_ops.health.agent.HttpPoster: one kept-alive connection per node) every
+`--interval` s, spread evenly (an open loop: each report has a due time, and its latency is measured from that
+time, so a generator or controller that falls behind shows it). First every node connects
 and reports once, then one interval of heartbeats warms up (not measured); then `--seconds` of steady heartbeats
 are measured:
 
@@ -98,7 +99,8 @@ def fake_slurm(folder: Path, count: int) -> Path:
     return bin_dir
 
 
-def start_controller(folder: Path, count: int, port: int) -> subprocess.Popen:  # type: ignore[type-arg]
+def start_controller(folder: Path, count: int, port: int, pythonpath: str | None = None) -> subprocess.Popen:  # type: ignore[type-arg]
+    """The controller as a process; `pythonpath`: another checkout's ha_ops (an earlier commit's, to compare)."""
     config = {
         "id": "ingest", "listen_address": "127.0.0.1", "port": port, "state_dir": str(folder / "state"),
         "scheduler": "slurm", "partition": "gpu",
@@ -108,6 +110,8 @@ def start_controller(folder: Path, count: int, port: int) -> subprocess.Popen:  
     }  # fmt: skip
     (folder / "controller.yaml").write_text(yaml.safe_dump(config))
     env = {**os.environ, "PATH": f"{fake_slurm(folder, count)}:{os.environ['PATH']}"}
+    if pythonpath:
+        env["PYTHONPATH"] = pythonpath
     log = (folder / "controller.log").open("w")
     return subprocess.Popen([sys.executable, "-m", "ha_ops", "controller", "run", "--config",
                              str(folder / "controller.yaml")], stdout=log, stderr=subprocess.STDOUT, env=env,
