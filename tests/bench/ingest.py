@@ -113,9 +113,10 @@ def start_controller(folder: Path, count: int, port: int, pythonpath: str | None
     if pythonpath:
         env["PYTHONPATH"] = pythonpath
     log = (folder / "controller.log").open("w")
+    # (cwd: `-m` puts it first on sys.path, so another checkout's ha_ops is imported from there)
     return subprocess.Popen([sys.executable, "-m", "ha_ops", "controller", "run", "--config",
                              str(folder / "controller.yaml")], stdout=log, stderr=subprocess.STDOUT, env=env,
-                            preexec_fn=_more_files)  # fmt: skip
+                            preexec_fn=_more_files, cwd=pythonpath)  # fmt: skip
 
 
 def _more_files() -> None:
