@@ -59,19 +59,21 @@ class _KeptConnections:
     def post(self, url: str, body: bytes) -> int:
         """The answer's status (its body read, so the connection can carry the next request)."""
         parts = urllib.parse.urlsplit(url)
-        for attempt in (1, 2):
-            conn = self._open.pop(url, None)
-            reused = conn is not None
-            conn = conn or self._connect(parts)
+        conn = self._open.pop(url, None)
+        reused = conn is not None
+        while True:
+            if conn is None:
+                conn, reused = self._connect(parts), False
             try:
                 conn.request("POST", parts.path or "/", body, {"Content-Type": "application/json"})
                 response = conn.getresponse()
                 response.read()
             except (OSError, http.client.HTTPException) as exc:
                 conn.close()
-                # Closed by the controller while it sat idle: the request never reached it, so send it again once.
-                if reused and attempt == 1 and isinstance(exc, (http.client.RemoteDisconnected, BrokenPipeError,
-                                                                ConnectionResetError)):  # fmt: skip
+                # Closed by the controller while it sat idle: the request never reached it, so send it again once,
+                # on a new connection (which is not `reused`: no second retry).
+                if reused and isinstance(exc, (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError)):
+                    conn = None
                     continue
                 raise OSError(str(exc) or type(exc).__name__) from None
             if response.will_close:
@@ -79,7 +81,6 @@ class _KeptConnections:
             else:
                 self._open[url] = conn
             return response.status
-        raise AssertionError("unreachable")
 
     def close(self) -> None:
         for conn in self._open.values():

@@ -81,9 +81,9 @@ class Leadership:
         """Publish this controller's view; return a peer that hears agents while this one hears none, if any."""
         own = self.own_view()
         try:
-            # (the standby's agents as long as a reader can count them heard: its silence and blindness windows)
-            window = 2 * max(self.config.agent_silence_s, self.config.blind_after_s)
-            self.views.write(own.published(self.is_leader, window))
+            # (a standby's agents as long as a reader can count them heard: twice the silence window, which the
+            # config keeps over blind_after_s)
+            self.views.write(own.published(self.is_leader, 2 * self.config.agent_silence_s))
             self.peer_views = self.views.peers()
         except OSError as exc:
             log.error("views: shared storage error: %s", exc)

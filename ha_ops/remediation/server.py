@@ -44,7 +44,7 @@ from ha_ops.security import tls
 from ha_ops.security.issuer import MAX_CSR_BYTES, RequestRefused, request_key
 from ha_ops.security.tls import Identity
 from ha_ops.util.bounded import Line, Token
-from ha_ops.util.http_front import HttpFront, Limits, Request, Response
+from ha_ops.util.http_front import HttpFront, Limits, Request, Response, body_required
 from ha_ops.util.names import node_name_problem
 
 log = logging.getLogger(__name__)
@@ -177,7 +177,7 @@ def _json(status: int, body: Any) -> Response:
 
 def _body(request: Request, model: type[M], what: str) -> M:
     if not request.body:
-        raise BadRequest(f"a JSON body of 1 byte to {body_limit(request.path)} bytes is required (got 0)")
+        raise BadRequest(body_required(body_limit(request.path), "0"))
     return parse_body(request.body, model, what)
 
 
@@ -191,8 +191,7 @@ class ControllerRoutes:
     def __init__(self, controller: ControllerApi, public: bool = False) -> None:
         self.controller, self.public = controller, public
 
-    def body_limit(self, path: str) -> int:
-        return body_limit(path)
+    body_limit = staticmethod(body_limit)
 
     def early(self, method: str, path: str, headers: dict[str, str], identity: Identity | None) -> Response | None:
         """On the server's loop, before a body is read: unknown methods and paths of the enrollment port, callers

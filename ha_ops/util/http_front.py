@@ -308,8 +308,7 @@ class HttpFront:
                 early = self.routes.early(method, path, headers, identity)
                 limit = self.routes.body_limit(path)
                 if early is None and _declared_length(headers) > limit:
-                    early = _error(400, f"a JSON body of 1 byte to {limit} bytes is required "
-                                        f"(got {headers.get('content-length')})")  # fmt: skip
+                    early = _error(400, body_required(limit, headers.get("content-length", "")))
                 if early is not None and (_declared_length(headers) or "transfer-encoding" in headers):
                     await self._send(writer, conn, early)  # refused before its body is read: then closed
                     return early
@@ -347,6 +346,11 @@ async def _close(writer: asyncio.StreamWriter) -> None:
             await writer.wait_closed()
     except (TimeoutError, OSError, ssl.SSLError):
         pass
+
+
+def body_required(limit: int, got: str) -> str:
+    """What a request whose body is empty or over its path's limit is told."""
+    return f"a JSON body of 1 byte to {limit} bytes is required (got {got})"
 
 
 def _declared_length(headers: dict[str, str]) -> int:

@@ -150,6 +150,19 @@ def test_at_the_cap_a_new_connection_closes_the_kept_one_that_went_idle_last() -
             conn.close()
 
 
+def test_the_agents_poster_sends_again_once_when_the_server_closed_its_idle_connection() -> None:
+    routes = Echo()
+    with front(routes, Limits(idle_s=0.2)) as server:
+        poster = HttpPoster([f"http://127.0.0.1:{server.server_address[1]}/r"], 5.0)
+        report = AgentReport(node="n1", seq=1, agent_id="a", sent_at=0.0, state="healthy", action="none", reason="")
+        poster(report)
+        time.sleep(0.6)  # (closed by the server as idle; the poster does not know yet)
+        assert server.open_connections == 0
+        poster(report.model_copy(update={"seq": 2}))
+        assert len(routes.handled) == 2 and server.open_connections == 1  # (each report once, on a new connection)
+        poster.close()
+
+
 def test_the_health_probe_is_answered_while_every_worker_is_busy() -> None:
     routes = Echo()
     with front(routes, Limits(workers=1)) as server:

@@ -20,7 +20,7 @@ from ha_ops.health.report import AgentReport, ReportFinding
 from ha_ops.remediation.app import Controller, open_controller
 from ha_ops.remediation.config import ControllerConfig, Ladder, PoolConfig, Safety
 from ha_ops.remediation.model import ControllerState, Intent
-from ha_ops.remediation.server import serve
+from ha_ops.remediation.server import ControllerRoutes, serve
 from ha_ops.remediation.store import read_state
 from ha_ops.schedulers.slurm import SlurmJob
 from ha_ops.util.http_front import Limits
@@ -285,6 +285,15 @@ def test_get_endpoints(api: Api) -> None:
     assert status == 200 and ctype.startswith("text/plain")
     assert 'ha_ops_controller_leader{id="ctl1"} 1.0' in text
     assert 'ha_ops_controller_breaker_open{id="ctl1"} 0.0' in text
+
+
+def test_the_health_probe_is_answered_on_the_headers_without_a_worker(leader: Controller) -> None:
+    """/healthz is answered on the server's loop (ControllerRoutes.early): a probe is served while every worker
+    waits on a commit; the other paths go to the workers."""
+    routes = ControllerRoutes(leader)
+    probe = routes.early("GET", "/healthz", {}, None)
+    assert probe is not None and json.loads(probe.body) == {"id": "ctl1", "leader": True}
+    assert routes.early("GET", "/v1/state", {}, None) is None and routes.early("POST", "/v1/reports", {}, None) is None
 
 
 def test_unknown_paths_are_404(api: Api) -> None:
