@@ -70,9 +70,12 @@ class _KeptConnections:
                 response.read()
             except (OSError, http.client.HTTPException) as exc:
                 conn.close()
-                # Closed by the controller while it sat idle: the request never reached it, so send it again once,
-                # on a new connection (which is not `reused`: no second retry).
-                if reused and isinstance(exc, (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError)):
+                # A kept connection the controller closed meanwhile (its idle deadline, a restart) fails the next
+                # request however the close reads: RemoteDisconnected, a reset, a broken pipe, or over TLS "EOF
+                # occurred in violation of protocol". Send it again once on a new connection (which is not `reused`:
+                # no second retry); a report sent twice is the same heartbeat. Not after a timeout: that controller
+                # is slow, not gone, and the next URL is the better try.
+                if reused and not isinstance(exc, TimeoutError):
                     conn = None
                     continue
                 raise OSError(str(exc) or type(exc).__name__) from None

@@ -176,6 +176,8 @@ class HttpFront:
 
     def shutdown(self) -> None:
         """Stop serving and wait until serve_forever has returned (at most 10 s: it may never have started)."""
+        if self._loop.is_closed():
+            return  # (closed already: stopped long ago)
         self._loop.call_soon_threadsafe(self._stop)
         self._done.wait(10)
 
