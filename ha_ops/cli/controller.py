@@ -13,7 +13,7 @@ from rich.table import Table
 from ha_ops.cli import output
 from ha_ops.cli.controller_state import state_app
 from ha_ops.errors import SpecError
-from ha_ops.remediation.audit import AuditHead, read_key, verify, verify_text
+from ha_ops.remediation.audit import AuditHead, keyed_entries, read_key, verify, verify_text
 from ha_ops.remediation.audit_sink import compare, shipped_entries
 from ha_ops.remediation.client import ControllerRefused, call
 from ha_ops.remediation.config import ControllerConfig, load_controller_config
@@ -318,7 +318,8 @@ def audit_verify(
 ) -> None:
     """Check the audit log's chain: a changed, inserted or removed line is named, and with the key an entry
     rewritten without it. With --shipped, the central copy too: an entry it holds that the local log lost or holds
-    otherwise is named, and a local log that is gone leaves the shipped copy to stand alone. Exit 1 if broken."""
+    otherwise is named, and a local log that is gone leaves the shipped copy to stand alone. Exit 1 if broken, and
+    for a keyed log checked without its key (its HMACs were not checked: an edited entry would still chain)."""
     head, key = None, read_key(key_file) if key_file else None
     if config is not None:  # the log and the state where the controllers keep them, the end checked too
         from ha_ops.remediation.store import load_state
@@ -347,6 +348,7 @@ def audit_verify(
         problems = []  # the local log is gone: the shipped copy stands alone
     entries = sum(1 for line in (text or "").splitlines() if line.strip())
     result: dict[str, Any] = {"file": where, "entries": entries}
+    chain = ""  # (the shipped copy's entries, as a log)
     if shipped is not None:
         copy, shipped_problems = shipped_entries(_log_text(shipped))
         chain = "".join(json.dumps(e, sort_keys=True) + "\n" for e in copy)
@@ -354,11 +356,18 @@ def audit_verify(
         problems = shipped_problems + problems + compare(text, copy)
         result |= {"shipped": str(shipped), "shipped_entries": len(copy), "local_log_present": text is not None}
     result |= {"intact": not problems, "problems": problems}
+    unchecked = 0 if key is not None else keyed_entries(text or "") + keyed_entries(chain)
+    if unchecked:
+        result["hmacs_unchecked"] = unchecked
     if json_out:
         output.emit_json(result)
     elif problems:
         for problem in problems:
             output.error(problem)
+    elif unchecked:
+        output.error(f"{where or shipped}: {unchecked} keyed entries (HMAC-SHA256) whose HMACs were not checked: "
+                     "without the audit key an edited entry still chains; give --key-file, or --config with "
+                     "audit_key_file")  # fmt: skip
     elif shipped is not None:
         local = f"{where}: {entries} entries, each as shipped" if text is not None else "no local log: it stands alone"
         output.result(f"{shipped}: {len(copy)} entries shipped, chain intact; {local}")
@@ -366,5 +375,5 @@ def audit_verify(
         output.result(
             f"{where}: {entries} entries, chain intact" + (" and matching the controller's state" if head else "")
         )
-    if problems:
+    if problems or unchecked:
         raise typer.Exit(1)

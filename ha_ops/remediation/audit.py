@@ -268,6 +268,20 @@ def _hash_problem(entry: dict[str, Any], key: bytes | None) -> str | None:
     return None
 
 
+def keyed_entries(text: str) -> int:
+    """How many entries say they are keyed (`"mac": "hmac-sha256"`): without the key, their HMACs go unchecked, and an
+    edited keyed entry whose hash was left alone still chains (issue 44, finding 6)."""
+    count = 0
+    for line in text.splitlines():
+        if f'"mac": "{MAC}"' in line or f'"mac":"{MAC}"' in line:
+            try:
+                entry = json.loads(line)
+            except (ValueError, RecursionError):
+                continue
+            count += isinstance(entry, dict) and entry.get("mac") == MAC
+    return count
+
+
 def verify_text(text: str, expected_head: AuditHead | None = None, key: bytes | None = None) -> list[str]:
     """Problems in the chain, each naming the line; empty when the log is intact. Give the key to check keyed
     entries' HMACs (and to refuse unkeyed ones)."""

@@ -12,15 +12,17 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import threading
-from collections import Counter
+import time
+from collections import Counter, defaultdict, deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from pydantic import Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ha_ops.security import tls
 from ha_ops.security.issuer import Issuer, IssuerFiles, Template, template_for, template_of
 from ha_ops.security.pki import CONTROLLERS, renewal_due
+from ha_ops.spec.load import validation_problems
 from ha_ops.util.models import ConfigModel
 
 log = logging.getLogger(__name__)
@@ -49,25 +51,65 @@ class CertificatesConfig(ConfigModel):
         "`controller run --address`) its pod's address.",
     )
     enrollment: EnrollmentConfig | None = None
+    max_issued_per_identity: int = Field(
+        6, ge=1, le=10_000, description="Certificates issued to one identity (a renewal's, or an enrolled node's) "
+        "within issue_window_s; more are refused with 429 until the window moves on. A renewal is due at two thirds "
+        "of a certificate's life: a caller that asks again and again wants the issuer's time, not a certificate."
+    )  # fmt: skip
+    issue_window_s: float = Field(600.0, gt=0, le=86_400)
 
 
 class EnrollmentRefused(Exception):
     """A token that enrolls nobody (403, naming why)."""
 
 
+class TooManyRequests(Exception):
+    """More certificates asked for one identity than the rate allows (429, naming when to ask again)."""
+
+    def __init__(self, message: str, retry_after_s: float) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class ReviewUnreadable(ConnectionError):
+    """The API server's token review answered something that is not a TokenReview status (503, naming the field)."""
+
+
+class _ReviewUser(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    username: str = ""
+    extra: dict[str, list[str]] = Field(default_factory=dict)
+
+
+class _ReviewStatus(BaseModel):
+    """The fields of a TokenReview's status that enrollment reads (its types checked: an answer that is not one is
+    the API server's failure, never a certificate)."""
+
+    model_config = ConfigDict(extra="ignore")
+    authenticated: bool = False
+    error: str = ""
+    audiences: list[str] = Field(default_factory=list)
+    user: _ReviewUser = _ReviewUser()
+
+
 def enrolled_node(review: Mapping[str, Any], audience: str, account: str) -> str:
-    """The node a TokenReview's status (as the API returns it) vouches for, or EnrollmentRefused naming why not."""
-    if not review.get("authenticated"):
-        raise EnrollmentRefused(f"the token is not valid: {review.get('error') or 'not authenticated'}")
-    if audience not in (review.get("audiences") or []):
+    """The node a TokenReview's status (as the API returns it) vouches for, or EnrollmentRefused naming why not
+    (ReviewUnreadable: the status is not one)."""
+    try:
+        status = _ReviewStatus.model_validate(review)
+    except ValidationError as exc:
+        raise ReviewUnreadable("the token review's answer is not a TokenReview status: "
+                               + "; ".join(validation_problems(exc))) from None  # fmt: skip
+    if not status.authenticated:
+        raise EnrollmentRefused(f"the token is not valid: {status.error or 'not authenticated'}")
+    if audience not in status.audiences:
         raise EnrollmentRefused(f"the token is not for the audience {audience}")
-    user = review.get("user") or {}
-    if user.get("username") != account:
-        raise EnrollmentRefused(f"{user.get('username')} is not the agents' service account {account}")
-    nodes = (user.get("extra") or {}).get(NODE_NAME_KEY) or []
+    if status.user.username != account:
+        raise EnrollmentRefused(f"{status.user.username} is not the agents' service account {account}")
+    nodes = status.user.extra.get(NODE_NAME_KEY) or []
     if len(nodes) != 1 or not nodes[0]:
         raise EnrollmentRefused("the token is not bound to a pod on a node")
-    return str(nodes[0])
+    return nodes[0]
 
 
 def token_reviewer(client: Any, audience: str) -> Callable[[str], dict[str, Any]]:
@@ -80,6 +122,22 @@ def token_reviewer(client: Any, audience: str) -> Callable[[str], dict[str, Any]
         return answer.status.to_dict() if answer.status is not None else {}
 
     return review
+
+
+def _named(exc: Exception) -> str:
+    """An error of the token review's call, as an operator reads it: the API server's own message where it gave one
+    (lightkube's ApiError), a connection's, or the kind of failure; never a Python internal (a KeyError's key, an
+    AttributeError's object)."""
+    if isinstance(exc, OSError | TimeoutError):
+        return str(exc) or type(exc).__name__
+    status = getattr(exc, "status", None)  # lightkube's ApiError: the API server's Status
+    message = getattr(status, "message", None)
+    if isinstance(message, str) and message:
+        return f"the API server answered: {message}"
+    module = type(exc).__module__.split(".")[0]
+    if module in ("httpx", "httpcore"):
+        return f"cannot reach the API server ({type(exc).__name__})"
+    return "the API server's answer is not a TokenReview (unreadable)"
 
 
 class CertificateService:
@@ -100,8 +158,26 @@ class CertificateService:
         self.own = template_for(own_name, (CONTROLLERS,), names) if names else None
         self.issued: Counter[str] = Counter()  # how (renewal, enrollment, own) -> certificates issued
         self._lock = threading.Lock()
+        self._recent: defaultdict[str, deque[float]] = defaultdict(deque)  # identity -> when it was issued to
+
+    def _admit(self, identity: str) -> None:
+        """At most max_issued_per_identity certificates to one identity within issue_window_s (TooManyRequests)."""
+        now, window, most = time.monotonic(), self.config.issue_window_s, self.config.max_issued_per_identity
+        with self._lock:
+            recent = self._recent[identity]
+            while recent and recent[0] <= now - window:
+                recent.popleft()
+            if len(recent) >= most:
+                retry = recent[0] + window - now
+                raise TooManyRequests(f"{identity} was issued {most} certificates in the last {window:g} s "
+                                      f"(max_issued_per_identity): ask again in {retry:.0f} s", retry)  # fmt: skip
+            recent.append(now)
+            if len(self._recent) > 100_000:  # (bounded: the identities whose windows have passed go first)
+                for name in [n for n, times in self._recent.items() if not times or times[-1] <= now - window]:
+                    del self._recent[name]
 
     def _issue(self, how: str, csr: str, template: Template) -> dict[str, Any]:
+        self._admit(template.common_name)
         chain = self.issuer.issue(csr, template)
         with self._lock:
             self.issued[how] += 1
@@ -119,8 +195,8 @@ class CertificateService:
         enrollment = self.config.enrollment
         try:
             review = self.review(token)
-        except Exception as exc:  # the API server away: the agent tries again
-            raise ConnectionError(f"the token review failed: {exc}") from None
+        except Exception as exc:  # the API server away or answering garbage: the agent tries again
+            raise ConnectionError(f"the token review failed: {_named(exc)}") from None
         node = enrolled_node(review, enrollment.audience, enrollment.agent_service_account)
         if node not in self.nodes:
             raise EnrollmentRefused(f"{node} is in none of this controller's pools")

@@ -295,6 +295,14 @@ class ControllerConfig(ConfigModel):
     )
     monitoring: MonitoringWatch | None = None
     slurm_fence: SlurmFence = SlurmFence()
+    report_clock_skew_s: float = Field(
+        30.0,
+        gt=0,
+        le=3600,
+        description="How far a node's clock may be from the controller's. A report sent (its `sent_at`) more than "
+        "this before the last one accepted from its node is stale whatever agent run sent it (a replayed report of "
+        "an earlier run drains no node), and one sent more than this in the future is refused.",
+    )
     report_fresh_s: float = Field(
         30.0, gt=0, description="An agent report younger than this outranks an Alertmanager alert about the node."
     )

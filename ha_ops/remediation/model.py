@@ -68,6 +68,7 @@ class LastReport(BaseModel):
     # /v1/state, which a reader parses with these defaults (ha_ops.remediation.server.public_state).
     seq: int = 0
     agent_id: str = ""
+    sent_at: float = 0.0  # (the agent's clock: a report sent well before this one is stale, whatever its agent_id)
     at: float
     gpus: list[int] = Field(default_factory=list)  # GPUs with critical findings
 

@@ -17,9 +17,9 @@ land in one write.
 
 What is written at all: a record is serialized only when it says it changed (model.NodeRecord tracks assignments;
 history.py touches it for its in-place changes), and written only when its *durable* text changed: the freshness of
-an agent's last report (its `at`, `seq` and `agent_id`) alone is not written, so a heartbeat that changes nothing
-else writes nothing. A new leader loses those: it counts silence from its own takeover anyway (observers.py), and a
-report older than the last one written is still refused.
+an agent's last report (its `at`, `seq`, `agent_id` and `sent_at`) alone is not written, so a heartbeat that changes
+nothing else writes nothing. A new leader loses those: it counts silence from its own takeover anyway
+(observers.py), and a report older than the last one written is still refused.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ SHARDS = 256
 FOLDER = "nodes"
 JOURNAL_RECORDS = 256  # the journal is compacted into the shards past this many records...
 JOURNAL_BYTES = 128 << 10  # ...or this many bytes
-FRESHNESS = {"at", "seq", "agent_id"}  # of the last report: kept in memory, not written on their own
+FRESHNESS = {"at", "seq", "agent_id", "sent_at"}  # of the last report: kept in memory, not written on their own
 # Observations of a record that are not written on their own either: what Slurm said at the last poll (a partition
 # makes every node down* in one tick: that alone must not rewrite 25,000 records).
 OBSERVED = {"slurm_state"}

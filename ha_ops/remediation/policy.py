@@ -85,14 +85,30 @@ def init_state(state: ControllerState, config: ControllerConfig, now: float) -> 
                 )
 
 
+def _stale(previous: LastReport | None, report: Any, skew_s: float, now: float) -> str | None:
+    """Why a report is not fresh, or None. Within one agent run its seq orders its reports; across runs (a restarted
+    agent starts its seq again under a new agent_id) only the time it was sent can, within the clocks' skew: else a
+    replayed report of an earlier run would be taken as new (issue 44, finding 10)."""
+    if report.sent_at > now + skew_s:
+        return f"a report sent {report.sent_at - now:.0f} s in the future (over report_clock_skew_s {skew_s:g})"
+    if previous is None:
+        return None
+    if previous.agent_id == report.agent_id and report.seq < previous.seq:
+        return f"stale report seq {report.seq} < {previous.seq}"
+    if report.sent_at < previous.sent_at - skew_s:
+        return (f"stale report sent {previous.sent_at - report.sent_at:.0f} s before the last one accepted (agent "
+                f"{report.agent_id!r}; over report_clock_skew_s {skew_s:g})")  # fmt: skip
+    return None
+
+
 def on_report(state: ControllerState, report: Any, config: ControllerConfig, now: float, token: int) -> Outcome:
     """Apply one agent report (ha_ops.health.report.AgentReport)."""
     rec = state.nodes.get(report.node)
     if rec is None:
         return Outcome(ignored=f"unknown node {report.node!r}")
     previous = rec.last_report
-    if previous is not None and previous.agent_id == report.agent_id and report.seq < previous.seq:
-        return Outcome(ignored=f"stale report seq {report.seq} < {previous.seq} from {report.node}")
+    if (why := _stale(previous, report, config.report_clock_skew_s, now)) is not None:
+        return Outcome(ignored=f"{why} from {report.node}")
     critical_gpus = sorted({f.gpu for f in report.findings if f.severity == "critical" and f.gpu is not None})
     rec.last_report = LastReport(
         state=report.state,
@@ -100,6 +116,7 @@ def on_report(state: ControllerState, report: Any, config: ControllerConfig, now
         reason=report.reason,
         seq=report.seq,
         agent_id=report.agent_id,
+        sent_at=max(report.sent_at, previous.sent_at if previous else 0.0),
         at=now,
         gpus=critical_gpus,
     )

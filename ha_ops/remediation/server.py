@@ -39,7 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from ha_ops.health.report import AgentReport
 from ha_ops.remediation.api import ControllerApi
-from ha_ops.remediation.certificates import EnrollmentRefused
+from ha_ops.remediation.certificates import EnrollmentRefused, TooManyRequests
 from ha_ops.security import tls
 from ha_ops.security.issuer import MAX_CSR_BYTES, RequestRefused, request_key
 from ha_ops.security.tls import Identity
@@ -171,8 +171,8 @@ def refusal(identity: Identity | None, method: str, path: str, report_node: str 
     return f"{identity} is not an operator"
 
 
-def _json(status: int, body: Any) -> Response:
-    return Response(status, (json.dumps(body, default=str) + "\n").encode())
+def _json(status: int, body: Any, headers: tuple[tuple[str, str], ...] = ()) -> Response:
+    return Response(status, (json.dumps(body, default=str) + "\n").encode(), headers=headers)
 
 
 def _body(request: Request, model: type[M], what: str) -> M:
@@ -287,7 +287,7 @@ class ControllerRoutes:
         try:
             if self.public:
                 scheme, _, token = request.headers.get("authorization", "").partition(" ")
-                if scheme != "Bearer" or not token.strip():
+                if scheme.lower() != "bearer" or not token.strip():  # (RFC 7235: the scheme is case-insensitive)
                     raise EnrollmentRefused("a service account token is required (Authorization: Bearer)")
                 answer = certificates.enroll(token.strip(), csr)
             else:
@@ -297,6 +297,10 @@ class ControllerRoutes:
             raise BadRequest(str(exc)) from None
         except EnrollmentRefused as exc:
             raise Forbidden(str(exc)) from None
+        except TooManyRequests as exc:
+            log.warning("refused a certificate: %s", exc)
+            retry = str(max(1, round(exc.retry_after_s)))
+            return _json(HTTPStatus.TOO_MANY_REQUESTS, {"error": str(exc)}, headers=(("Retry-After", retry),))
         return _json(200, answer)
 
 

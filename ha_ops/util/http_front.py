@@ -81,6 +81,7 @@ class Response:
     status: int
     body: bytes
     content_type: str = "application/json"
+    headers: tuple[tuple[str, str], ...] = ()  # more (Retry-After)
 
 
 class Routes(Protocol):
@@ -330,7 +331,7 @@ class HttpFront:
 
     async def _send(self, writer: asyncio.StreamWriter, conn: h11.Connection, response: Response) -> None:
         headers = [("Content-Type", response.content_type), ("Content-Length", str(len(response.body))),
-                   ("Server", "ha-ops")]  # fmt: skip
+                   ("Server", "ha-ops"), *response.headers]  # fmt: skip
         try:
             reason = HTTPStatus(response.status).phrase.encode()
         except ValueError:

@@ -53,6 +53,8 @@ REVIEWS = {
     "token-for-another-audience": review_of("n2", audience="https://kubernetes.default.svc"),
     "token-not-bound-to-a-pod": review_of(None),
     "expired-token": review_of("n2", ok=False),
+    # Issue 44, finding 12: an answer that is not a TokenReview status is the API server's failure, named as such.
+    "token-with-a-malformed-review": {"authenticated": True, "audiences": AUDIENCE, "user": ["n2"]},
 }
 
 
@@ -185,6 +187,44 @@ def test_the_enrollment_port_wants_a_token_a_real_request_and_answers_nothing_el
     # The mutual-TLS port still refuses a caller without a certificate at the handshake.
     with pytest.raises((urllib.error.URLError, ssl.SSLError, ConnectionError)):
         urllib.request.urlopen(served["api"] + "/healthz", timeout=5, context=public).read()
+
+
+def test_the_scheme_is_case_insensitive_a_malformed_review_is_named_and_issuing_is_rate_limited(
+    served: dict[str, Any], tmp_path: Path, ca: CertificateAuthority
+) -> None:
+    public = ssl.create_default_context(cafile=str(served["n1"].ca_file))
+
+    def post(path: str, body: Any, authorization: str) -> tuple[int, dict[str, Any], str | None]:
+        headers = {"Content-Type": "application/json", "Authorization": authorization}
+        request = urllib.request.Request(served["enroll"] + path, json.dumps(body).encode(), headers, method="POST")
+        try:
+            with urllib.request.urlopen(request, timeout=5, context=public) as response:
+                return response.status, json.loads(response.read()), None
+        except urllib.error.HTTPError as exc:
+            with exc:
+                return exc.code, json.loads(exc.read()), exc.headers.get("Retry-After")
+
+    _, csr = new_request("n2")
+    for scheme in ("bearer", "BEARER", "Bearer"):  # (RFC 7235: the scheme is case-insensitive)
+        assert post("/v1/certificates", {"csr": csr}, f"{scheme} token-of-n2")[0] == 200, scheme
+    status, body, _ = post("/v1/certificates", {"csr": csr}, "Bearer token-with-a-malformed-review")
+    assert status == 503 and "not a TokenReview status" in body["error"], body
+    assert "audiences" in body["error"] and "user" in body["error"] and "Error" not in body["error"]
+    status, body, _ = post("/v1/certificates", {"csr": csr}, "Bearer a-token-the-fake-api-server-chokes-on")
+    assert status == 503 and body["error"] == (
+        "the token review failed: the API server's answer is not a TokenReview (unreadable)"
+    )  # (the fake's KeyError, never its text)
+    # Three enrollments of n2 above; three more, then refused until the window moves on (renewals count alike).
+    for _ in range(3):
+        assert post("/v1/certificates", {"csr": csr}, "Bearer token-of-n2")[0] == 200
+    status, body, retry = post("/v1/certificates", {"csr": csr}, "Bearer token-of-n2")
+    assert status == 429 and "n2 was issued 6 certificates in the last 600 s" in body["error"], body
+    assert retry is not None and 590 <= int(retry) <= 600
+    for _ in range(6):
+        renew(served["n1"], [served["api"]])
+    with pytest.raises(TransportError, match="HTTP 429"):
+        renew(served["n1"], [served["api"]])
+    assert served["controller"].certificates.issued == {"own": 1, "enrollment": 6, "renewal": 6}
 
 
 def forged_request() -> str:

@@ -395,3 +395,27 @@ def test_a_leader_appends_onto_the_head_it_wrote_without_reading_the_log_again(t
     assert docs.reads == 0
     assert leader.head_as_written().seq == 6
     assert verify(tmp_path / "audit.jsonl", leader.head_as_written()) == []
+
+
+def test_cli_a_keyed_log_checked_without_its_key_exits_1_saying_its_hmacs_were_not_checked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    # Issue 44, finding 6: an edited keyed entry whose hash was left alone still chains; without the key nothing
+    # can tell, so "chain intact" would be a lie.
+    key = b"k" * 32
+    path = tmp_path / "audit.jsonl"
+    log = AuditLog.at(path, key=key)
+    for n in range(3):
+        log.append(at=float(n), who="ctl1", what="drain", node=f"n{n}", why="x", intent=f"i{n}")
+    entries = lines(path)
+    entries[1] = json.dumps(json.loads(entries[1]) | {"why": "nothing happened"}, sort_keys=True)
+    put(path, entries)
+    assert run_cli(monkeypatch, str(path)) == 1
+    err = capsys.readouterr().err
+    assert "3 keyed entries (HMAC-SHA256) whose HMACs were not checked" in err and "chain intact" not in err
+    assert run_cli(monkeypatch, str(path), "--json") == 1
+    data = json.loads(capsys.readouterr().out)
+    assert data["hmacs_unchecked"] == 3 and data["problems"] == []
+    (tmp_path / "key").write_bytes(key)
+    assert run_cli(monkeypatch, str(path), "--key-file", str(tmp_path / "key")) == 1
+    assert "line 2: content does not match its hash (changed)" in capsys.readouterr().err

@@ -731,3 +731,24 @@ def test_a_poll_older_than_the_nodes_last_change_adopts_nothing() -> None:
     )
     assert sim.tick({"n1": stale}).intents == []
     assert sim.node().phase == NodePhase.RETURNED
+
+
+def test_a_report_of_an_earlier_agent_run_is_stale_by_when_it_was_sent() -> None:
+    # Issue 44, finding 10: a report replayed from an earlier agent run (another agent_id, sent in 1970) drained a
+    # returned node again. Across runs the seq cannot order reports; the time they were sent can, within the skew.
+    sim = Sim()
+    skew = sim.config.report_clock_skew_s
+    sim.report(report(state="healthy", seq=9).model_copy(update={"sent_at": sim.now}))
+    for sent_at, agent in ((0.0, "agent-old"), (sim.now - skew - 1, "agent-old"), (sim.now - skew - 1, "agent-a")):
+        out = sim.report(report(state="unhealthy", seq=50, agent=agent).model_copy(update={"sent_at": sent_at}))
+        assert "stale report sent" in out.ignored and out.intents == [], (sent_at, agent)
+        assert sim.node().phase == NodePhase.HEALTHY
+    # From the future (past the skew): refused, and it moves nothing a later genuine report is judged by.
+    out = sim.report(report(state="unhealthy", agent="agent-x").model_copy(update={"sent_at": sim.now + skew + 1}))
+    assert "in the future" in out.ignored and sim.node().phase == NodePhase.HEALTHY
+    # Within the skew, and a restarted agent's first report sent now: taken.
+    out = sim.report(report(state="healthy", seq=10).model_copy(update={"sent_at": sim.now - skew + 1}))
+    assert not out.ignored
+    out = sim.report(report(state="unhealthy", seq=1, agent="agent-new").model_copy(update={"sent_at": sim.now + 5}))
+    assert not out.ignored and sim.node().phase == NodePhase.CORDONED
+    assert sim.node().last_report is not None and sim.node().last_report.sent_at == sim.now + 5
