@@ -36,7 +36,7 @@ from ha_ops.health.report import AgentReport
 from ha_ops.security.tls import ReloadingContext
 from tests.bench.controller import percentile
 from tests.bench.ingest import _more_files, _wait_leading, certificates, files, node_name, start_controller
-from tests.bench.k8s_cordon import free_port, loopback_address, stop_process
+from tests.bench.k8s_cordon import free_port, loopback_address, stop_process, worktree
 
 AGENTS = 200
 RATE = 20.0
@@ -181,14 +181,6 @@ def legitimate(port: int, seconds: float) -> tuple[list[float], int, list[float]
     for poster in posters:
         poster.close()
     return latencies, lost, probes
-
-
-def worktree(rev: str) -> str:
-    path = Path(tempfile.gettempdir()) / f"ha-ops-at-{rev}"
-    if not path.exists():
-        subprocess.run(["git", "worktree", "add", "--detach", str(path), rev], check=True, capture_output=True,
-                       cwd=Path(__file__).resolve().parents[2])  # fmt: skip
-    return str(path)
 
 
 def main() -> None:

@@ -18,6 +18,7 @@ NVSentinel v0.4.0, 150 of 1,500 nodes with the 0-30 s stagger: P50 16.75 s, P90 
 375 nodes: P50 91 s (shared/REFERENCE-NUMBERS.md).
 
 Run (root): .venv/bin/python tests/bench/k8s_cordon.py [--nodes 1500] [--failing 150 375] [--parallel 16]
+  [--code bce008b this --repeat 3]: another commit's controller beside this one, in turn on the same lab
 The last line is `k8s cordon 150/1500: p50 X s p90 Y s p99 Z s, N nodes/s` (the first --failing, no stagger).
 At 25,000 nodes (issue 43): --nodes 25000 --failing 250 --arrival at-once.
 """
@@ -25,6 +26,7 @@ At 25,000 nodes (issue 43): --nodes 25000 --failing 250 --arrival at-once.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import random
 import re
@@ -32,6 +34,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.request
@@ -136,15 +139,26 @@ def watch_cordons(api: Client, seen: dict[str, float], stop: threading.Event) ->
             time.sleep(0.1)
 
 
+def worktree(rev: str) -> str:
+    """A checkout of commit `rev` (made once, in /tmp), whose controller a benchmark runs beside this code's."""
+    path = Path(tempfile.gettempdir()) / f"ha-ops-at-{rev}"
+    if not path.exists():
+        subprocess.run(["git", "worktree", "add", "--detach", str(path), rev], check=True, capture_output=True,
+                       cwd=Path(__file__).resolve().parents[2])  # fmt: skip
+    return str(path)
+
+
 def one_run(lab: Lab, api: Client, nodes: list[str], failing: int, stagger: bool, tmp: Path,
-            parallel: int = PARALLEL, condition_jitter_s: float = CONDITION_JITTER_S) -> dict[str, float]:  # fmt: skip
+            parallel: int = PARALLEL, condition_jitter_s: float = CONDITION_JITTER_S,
+            checkout: str | None = None) -> dict[str, float]:  # fmt: skip
+    """One storm; `checkout`: another checkout's controller (`-m` from its folder imports its ha_ops)."""
     run = f"{failing}-{'s' if stagger else 'n'}-{int(time.time())}"
     config = tmp / f"{run}.yaml"
     port = free_port()
     config.write_text(yaml.safe_dump(controller_config(lab, nodes, run, port, parallel)))
     log = (tmp / f"{run}.log").open("w")
     proc = subprocess.Popen([sys.executable, "-m", "ha_ops", "controller", "run", "--config", str(config)],
-                            stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
+                            stdout=log, stderr=subprocess.STDOUT, cwd=checkout)  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     try:
         # (25,000 nodes: its first list of the Nodes, through an API server that serves 40 drains a second, takes
@@ -312,7 +326,12 @@ def main() -> None:
                         help="the reports all at once, over 0-30 s, or both (the default)")  # fmt: skip
     parser.add_argument("--condition-jitter", type=float, default=CONDITION_JITTER_S,
                         help="the agents' unhealthy_jitter_s (default: the agent's)")  # fmt: skip
+    parser.add_argument("--code", nargs="+", default=["this"], metavar="REV",
+                        help="whose controller: `this` (the working tree) and/or commits, each run in turn on the "
+                        "same lab, --repeat times (a comparison on one lab at one hour)")  # fmt: skip
+    parser.add_argument("--repeat", type=int, default=1, help="each storm this many times per --code")
     args = parser.parse_args()
+    checkouts = {rev: None if rev == "this" else worktree(rev) for rev in args.code}
     spec = lab_spec(NAME)
     gpu_nodes = sum(p.count for p in spec.pools)
     kube = Kubernetes(extra_kwok_nodes=args.nodes - gpu_nodes)
@@ -330,17 +349,19 @@ def main() -> None:
             settle(api, len(nodes))
             print(control_plane_usage(lab, len(nodes)), flush=True)
             print(api_alone(api, nodes, 150), flush=True)
-            for failing in args.failing:
-                for stagger in {"both": (True, False), "at-once": (False,), "stagger": (True,)}[args.arrival]:
-                    settle(api)
-                    r = one_run(lab, api, nodes, failing, stagger, tmp, args.parallel, args.condition_jitter)
+            arrivals = {"both": (True, False), "at-once": (False,), "stagger": (True,)}[args.arrival]
+            for failing, stagger, _, rev in itertools.product(args.failing, arrivals, range(args.repeat), args.code):
+                settle(api)
+                r = one_run(lab, api, nodes, failing, stagger, tmp, args.parallel, args.condition_jitter,
+                            checkouts[rev])  # fmt: skip
+                if rev == args.code[-1]:
                     results[(failing, stagger)] = r
-                    what = "0-30 s stagger" if stagger else "all at once"
-                    rate = f", {r['rate']:.0f} nodes/s" if not stagger else ""
-                    print(f"  {failing}/{len(nodes)} {what}: p50 {r['p50']:.2f} s p90 {r['p90']:.2f} s "
-                          f"p99 {r['p99']:.2f} s{rate} (last cordon {r['span']:.1f} s after the first report; "
-                          f"the agents' condition written p50 {r['condition_p50']:.2f} s, their reports answered "
-                          f"p50 {r['answered_p50']:.2f} s p99 {r['answered_p99']:.2f} s)", flush=True)  # fmt: skip
+                what = ("0-30 s stagger" if stagger else "all at once") + ("" if rev == "this" else f", code {rev}")
+                rate = f", {r['rate']:.0f} nodes/s" if not stagger else ""
+                print(f"  {failing}/{len(nodes)} {what}: p50 {r['p50']:.2f} s p90 {r['p90']:.2f} s "
+                      f"p99 {r['p99']:.2f} s{rate} (last cordon {r['span']:.1f} s after the first report; "
+                      f"the agents' condition written p50 {r['condition_p50']:.2f} s, their reports answered "
+                      f"p50 {r['answered_p50']:.2f} s p99 {r['answered_p99']:.2f} s)", flush=True)  # fmt: skip
     finally:
         if not args.keep:
             down_or_exit(lab)
