@@ -13,6 +13,7 @@ from ha_ops.chaos import probes
 from ha_ops.chaos.workload import Workload
 from ha_ops.errors import SpecError
 from ha_ops.util.models import ConfigModel
+from ha_ops.util.parsing import existing_file
 from ha_ops.util.yamlconfig import load_model
 
 log = logging.getLogger(__name__)
@@ -118,10 +119,9 @@ class GameDayPlan(ConfigModel):
 def load_plan(path: Path) -> GameDayPlan:
     plan = load_model(path, GameDayPlan)
     # Experiments are named relative to the plan.
-    fixed = [f.model_copy(update={"experiment": (Path(path).parent / f.experiment).resolve()}) for f in plan.faults]
-    for f in fixed:
-        if not f.experiment.exists():
-            raise SpecError(str(path), [f"faults[{f.name}].experiment: {f.experiment} does not exist"])
+    fixed = [f.model_copy(update={"experiment": existing_file(Path(path).parent, f.experiment,
+                                                              f"faults[{f.name}].experiment", str(path))})
+             for f in plan.faults]  # fmt: skip
     return plan.model_copy(update={"faults": fixed})
 
 

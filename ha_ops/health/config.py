@@ -10,7 +10,7 @@ from pydantic import Field, model_validator
 from ha_ops.health.thresholds import Thresholds
 from ha_ops.security.tls import Enrollment, TlsFiles
 from ha_ops.util.models import ConfigModel
-from ha_ops.util.names import NodeName
+from ha_ops.util.names import BaseUrl, NodeName
 
 
 class MetricsConfig(ConfigModel):
@@ -26,7 +26,7 @@ class SlurmReporting(ConfigModel):
 
 
 class ControllerReporting(ConfigModel):
-    urls: list[str] = Field(
+    urls: list[BaseUrl] = Field(
         default_factory=list,
         description="Report endpoints of the remediation controllers (leader and standby); when set, the agent "
         "reports instead of draining, to whichever controller leads.",
@@ -57,6 +57,8 @@ class ControllerReporting(ConfigModel):
 
     @model_validator(mode="after")
     def _renewal_needs_tls(self) -> ControllerReporting:
+        if self.tls is not None and (plain := [u for u in self.urls if not u.startswith("https://")]):
+            raise ValueError(f"urls: with tls every URL is https:// ({plain[0]!r} is not)")
         if (self.renew or self.enroll is not None) and self.tls is None:
             raise ValueError("renew and enroll: need tls (the certificate files to keep fresh)")
         if self.enroll is not None and not self.renew:

@@ -30,13 +30,13 @@ class ReportFinding(ConfigModel):
     severity: Literal["info", "warning", "critical"]
     action: Action
     message: Line
-    gpu: int | None = Field(None, ge=0, le=MAX_GPUS)
+    gpu: int | None = Field(None, ge=0, lt=MAX_GPUS)
     uuid: Token | None = None
     xid: int | None = Field(None, ge=0, le=2**31)
 
 
 class ReportGpu(ConfigModel):
-    index: int = Field(ge=0, le=MAX_GPUS)
+    index: int = Field(ge=0, lt=MAX_GPUS)
     uuid: Token | None = None
     state: HealthState
 

@@ -241,9 +241,9 @@ class ControllerConfig(ConfigModel):
         description="Ship every audit entry to a central append-only sink (syslog over TLS, e.g. rsyslog): a copy "
         "that outlives the local log (`ha-ops audit verify --shipped`). None: the log stays where it is written.",
     )
-    lease_ttl_s: float = Field(3.0, gt=0)
-    lease_renew_s: float = Field(1.0, gt=0)
-    lease_margin_s: float = Field(0.5, ge=0)
+    lease_ttl_s: float = Field(3.0, gt=0, le=3600)
+    lease_renew_s: float = Field(1.0, gt=0, le=3600)
+    lease_margin_s: float = Field(0.5, ge=0, le=3600)
     blind_after_s: float = Field(
         15.0,
         gt=0,
@@ -330,6 +330,18 @@ class ControllerConfig(ConfigModel):
             # Silence counts from when the leader's view became whole again: this is its settle window after a mend.
             raise ValueError(f"agent_silence_s ({self.agent_silence_s:g}) must be over blind_after_s "
                              f"({self.blind_after_s:g}), the window in which every live agent is heard")  # fmt: skip
+        listed: dict[str, str] = {}  # node -> where it was listed first (a node twice: counted twice everywhere)
+        for name, pool in self.pools.items():
+            for kind, nodes in (("nodes", pool.nodes), ("spares", pool.spares)):
+                for node in nodes:
+                    where = f"pools.{name}.{kind}"
+                    if (first := listed.setdefault(node, where)) is not where:  # (identity: once in one list too)
+                        raise ValueError(f"{where}: {node} is listed twice (also in {first})")
+        renew_by = self.lease_ttl_s - self.lease_margin_s
+        if not 0 < self.lease_renew_s < renew_by:
+            raise ValueError(f"lease_renew_s ({self.lease_renew_s:g}) must be under lease_ttl_s ({self.lease_ttl_s:g}) "
+                             f"less lease_margin_s ({self.lease_margin_s:g}): a leader renews before its lease "
+                             "can run out")  # fmt: skip
         placed: dict[str, str] = {}
         for domain, members in self.failure_domains.items():
             for node in members:

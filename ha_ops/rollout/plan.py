@@ -119,6 +119,8 @@ def _check_inputs(nodes: Sequence[FleetNode], policy: RolloutPolicy, target: str
             problems.append(f"nodes: {node.name!r} is listed twice")
         known.add(node.name)
     problems += [f"skip: {n!r} is not a node of the cluster" for n in policy.skip if n not in known]
+    if not isinstance(policy.canary, list) and (count := parse_amount(policy.canary).count or 0) > len(nodes):
+        problems.append(f"canary: {count} is more nodes than the cluster's {len(nodes)} (a canary is a few)")
     if isinstance(policy.canary, list):
         by_name = {n.name: n for n in nodes}
         for name in policy.canary:

@@ -36,7 +36,7 @@ from ha_ops.errors import SpecError
 from ha_ops.runbooks.placeholders import fill
 from ha_ops.spec.load import validation_problems
 from ha_ops.util.models import ConfigModel
-from ha_ops.util.parsing import parse_yaml, read_text
+from ha_ops.util.parsing import existing_file, parse_yaml, read_text
 
 log = logging.getLogger(__name__)
 
@@ -99,9 +99,7 @@ def load_runbook(path: Path) -> tuple[Runbook, str]:
     resolved = []
     for where, trigger in [("trigger", runbook.trigger), *((f"cases.{i}.trigger", c.trigger)
                                                            for i, c in enumerate(runbook.cases))]:  # fmt: skip
-        experiment = (Path(path).parent / trigger.experiment).resolve()
-        if not experiment.exists():
-            raise SpecError(str(path), [f"{where}.experiment: {experiment} does not exist"])
+        experiment = existing_file(Path(path).parent, trigger.experiment, f"{where}.experiment", str(path))
         resolved.append(trigger.model_copy(update={"experiment": experiment}))
     for heading in ("## Symptoms", "## Impact", "## What recovers automatically", "## Manual steps"):
         if heading not in body:

@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from ha_ops.errors import SpecError
-from ha_ops.spec.model import ClusterSpec
+from ha_ops.spec.model import FIELD_PROBLEMS, ClusterSpec
 from ha_ops.util.parsing import parse_yaml, read_text
 
 
@@ -34,6 +34,10 @@ def validation_problems(exc: ValidationError) -> list[str]:
         if err["type"] == "value_error" and not path:
             # Cross-field rules already name their fields, one per line.
             problems += message.removeprefix("Value error, ").splitlines()
+            continue
+        if err["type"] == FIELD_PROBLEMS:
+            # A model's rule over its own fields: each line names one, under the model's place in the document.
+            problems += [f"{path}.{line}" if path else line for line in message.splitlines()]
             continue
         if err["type"] == "extra_forbidden":
             message = "unknown key"

@@ -10,7 +10,7 @@ import math
 import re
 from collections import Counter
 from ipaddress import IPv4Address, IPv4Network
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints, model_validator
 from pydantic_core import PydanticCustomError
@@ -43,10 +43,40 @@ Address = Annotated[IPv4Address | None, Field(strict=False), BeforeValidator(_wr
 Cidr = Annotated[IPv4Network, Field(strict=False), BeforeValidator(_written_as_text)]
 
 
+# Jinja's delimiters: Ansible templates any inventory value holding one, and `{{ lookup('pipe', ...) }}` runs a
+# command on the Ansible control node (issue 44, finding 9). No spec string needs them, nor a control character (a
+# newline in a rack's name starts a new line in every file it is written to).
+TEMPLATE_SYNTAX = re.compile(r"\{\{|\{%|\{#")
+CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+FIELD_PROBLEMS = "field_problems"  # (an error whose lines each start with a field of the model that raised it)
+
+
+def _string_problems(value: Any, where: str) -> list[str]:
+    if isinstance(value, str):
+        if TEMPLATE_SYNTAX.search(value):
+            return [f"{where}: template syntax ({{{{, {{% or {{#}}) is not allowed: Ansible would evaluate it"]
+        if found := CONTROL.search(value):
+            return [f"{where}: control characters ({found.group()!r}) are not allowed"]
+        return []
+    if isinstance(value, list | tuple):
+        return [p for i, item in enumerate(value) for p in _string_problems(item, f"{where}[{i}]")]
+    if isinstance(value, dict):
+        return [p for k, v in value.items() for p in _string_problems(k, where) + _string_problems(v, f"{where}.{k}")]
+    return []
+
+
 class StrictModel(BaseModel):
-    """Unknown keys and wrong types are errors: a typo in a spec must never be silently ignored."""
+    """Unknown keys and wrong types are errors: a typo in a spec must never be silently ignored. No string holds
+    template syntax or a control character: every spec string may reach the Ansible inventory."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+
+    @model_validator(mode="after")
+    def _no_template_syntax(self) -> Any:
+        problems = [p for name, value in self for p in _string_problems(value, name)]
+        if problems:  # (spec.load.validation_problems reads it as one line per field, under the model's place)
+            raise PydanticCustomError(FIELD_PROBLEMS, "{problems}", {"problems": "\n".join(problems)})
+        return self
 
 
 class FailureDomain(StrictModel):

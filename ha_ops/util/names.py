@@ -4,11 +4,13 @@ paths, configurations, the command line).
 The rule is Kubernetes' for a Node (an RFC 1123 DNS subdomain: lower-case letters, digits, `-` and `.`, at most 253
 characters), which every name the spec's stricter hostname rule allows also meets, and which real clusters' names
 (`ip-10-0-1-7.ec2.internal`) meet too. No shell metacharacter, space, slash or control character passes it.
+And the base URLs of the controllers' API (BaseUrl), as configurations name them.
 """
 
 from __future__ import annotations
 
 import re
+import urllib.parse
 from typing import Annotated
 
 from pydantic import AfterValidator
@@ -38,3 +40,30 @@ def _checked(name: str) -> str:
 
 
 NodeName = Annotated[str, AfterValidator(_checked)]
+
+
+def base_url_problem(url: str) -> str | None:
+    """Why `url` is not the base URL of an ha-ops API (http or https, a host, a port that exists; no credentials,
+    query, fragment, space or control character), or None."""
+    if not url or any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in url):
+        return f"{url[:80]!r} is not a URL (empty, or with spaces or control characters)"
+    parts = urllib.parse.urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:
+        port = -1
+    if parts.scheme not in ("http", "https") or not parts.hostname or port == -1:
+        return f"{url[:80]!r} is not an http:// or https:// URL with a host (and a port from 1 to 65535)"
+    if parts.username is not None or parts.query or parts.fragment or port == 0:
+        return f"{url[:80]!r}: a base URL has no credentials, query or fragment, and a port from 1 to 65535"
+    return None
+
+
+def _checked_url(url: str) -> str:
+    problem = base_url_problem(url)
+    if problem is not None:
+        raise ValueError(problem)
+    return url
+
+
+BaseUrl = Annotated[str, AfterValidator(_checked_url)]

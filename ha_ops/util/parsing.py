@@ -24,6 +24,23 @@ def read_text(path: str | Path, source: str | None = None) -> str:
         raise SpecError(where, [f"cannot read: not UTF-8 text ({exc.reason} at byte {exc.start})"]) from None
 
 
+def existing_file(base: Path, named: Path, field: str, source: str) -> Path:
+    """`named` (relative to the folder `base`) resolved, when it names a file that exists; SpecError naming `field`
+    otherwise, a path no file can have too (a NUL byte, a name over the file system's limit), never a traceback."""
+    shown = repr(str(named)[:120]) + ("..." if len(str(named)) > 120 else "")
+    try:
+        resolved = (base / named).resolve()
+        if resolved.is_file():
+            return resolved
+        why = "is not a file" if resolved.exists() else "does not exist"
+        problem = f"{field}: {resolved} {why}"
+    except ValueError:  # (a NUL byte)
+        problem = f"{field}: {shown} is not a path (it holds a NUL byte)"
+    except OSError as exc:  # (ENAMETOOLONG: a name over 255 bytes, a path over 4,096)
+        problem = f"{field}: {shown} is not a path this system can hold ({exc.strerror})"
+    raise SpecError(source, [problem])
+
+
 def parse_yaml(text: str, source: str) -> Any:
     try:
         return yaml.safe_load(text)

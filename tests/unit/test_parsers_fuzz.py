@@ -91,6 +91,17 @@ def _load_runbook(path: Path) -> object:
     return load_runbook(path)
 
 
+def _rollout_policy() -> dict[str, Any]:
+    return {"canary": "2", "waves": ["5%", "rest"], "max_unavailable": "10%", "skip": ["gpu9"],
+            "drain": {"mode": "wait", "timeout_s": 600}, "soak_s": 60, "burn_in_command": "nvidia-smi"}  # fmt: skip
+
+
+def _read_rollout_policy(path: Path) -> object:
+    from ha_ops.rollout.request import policy_from
+
+    return policy_from(path, {})
+
+
 def _parse_report(path: Path) -> object:
     from ha_ops.health.report import AgentReport
 
@@ -189,6 +200,7 @@ PARSERS: dict[str, tuple[Callable[[], Any], str, Callable[[Path], object]]] = {
     "runbook": (lambda: (REPO / "runbooks/gpu-failure.md").read_text().replace("../chaos/", f"{REPO}/chaos/"), "text",
                 _load_runbook),
     "rollout state": (_rollout_state, "json", _read_rollout),
+    "rollout policy (--policy)": (_rollout_policy, "yaml", _read_rollout_policy),
     "game-day report": (_gameday_report, "json", _read_gameday),
 }  # fmt: skip
 
@@ -330,3 +342,26 @@ def test_mutated_examples_are_parsed_or_refused_without_a_traceback(
         parse(name, doc, folder)
 
     check()
+
+
+# Paths no file can have, in the fields that name a file relative to their document (issue 44, finding 7: a NUL
+# byte or a name over 255 bytes in an experiment path came out as a traceback, exit 70).
+IMPOSSIBLE_PATHS = ["x\x00y.yaml", "a" * 300 + ".yaml", "/".join(["b" * 200] * 30), "no-such-experiment.yaml", "."]
+
+
+@pytest.mark.parametrize("path", IMPOSSIBLE_PATHS, ids=["NUL", "name-over-255", "path-over-4096", "missing", "dir"])
+@pytest.mark.parametrize("name", ["game-day plan", "runbook"])
+def test_an_experiment_path_no_file_can_have_is_refused_naming_its_field(name: str, path: str, tmp_path: Path) -> None:
+    example, kind, parser = PARSERS[name]
+    document = example()
+    if name == "game-day plan":
+        document["faults"][0]["experiment"] = path
+        field = "faults[" + document["faults"][0]["name"] + "].experiment"
+    else:
+        document = document.replace("experiment: ", f"experiment: {json.dumps(path)}  # was: ", 1)
+        field = "trigger.experiment"
+    source = tmp_path / f"input.{'md' if kind == 'text' else kind}"
+    write(source, document, kind)
+    with pytest.raises(HaOpsError) as refused:
+        parser(source)
+    assert getattr(refused.value, "problems", [""])[0].startswith(f"{field}: "), refused.value

@@ -612,3 +612,29 @@ def test_the_storage_service_address_in_an_existing_subnet_is_reserved() -> None
     storage["hosts"][0] |= {"domain": "row-a-r01", "address": "10.40.1.5"}  # type: ignore[index]
     assert_problem(problems_of(existing_with(put(("storage",), storage))), "storage.hosts[0].address",
                    "collides with the MooseFS master's service address")  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "named"),
+    [
+        (("failure_domains", 0, "rack"), "{{ lookup('pipe', 'touch /tmp/owned') }}", "failure_domains[0].rack"),
+        (("failure_domains", 1, "power_feed"), "pdu-{% raw %}a", "failure_domains[1].power_feed"),
+        (("failure_domains", 0, "zone"), "z{# a comment #}", "failure_domains[0].zone"),
+        (("pools", 0, "gpu_model"), "H100 {{ 7*7 }}", "pools[0].gpu_model"),
+    ],
+)
+def test_template_syntax_in_any_spec_string_is_refused_naming_the_field(
+    path: tuple[str | int, ...], value: str, named: str
+) -> None:
+    # Issue 44, finding 9: a rack of `{{ lookup('pipe', ...) }}` passed `spec validate` and landed unescaped in the
+    # inventory, where Ansible runs it on the control node when the variable is templated.
+    data = lab_data()
+    put(path, value)(data)
+    with pytest.raises(SpecError) as refused:
+        parse_spec(data)
+    assert refused.value.problems == [
+        f"{named}: template syntax ({{{{, {{% or {{#}}) is not allowed: Ansible would evaluate it"
+    ]
+    # A brace alone is still a brace.
+    put(path, "rack-{1}")(data)
+    parse_spec(data)

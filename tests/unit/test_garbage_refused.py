@@ -1,0 +1,98 @@
+"""Input that parsed but meant nothing is refused, naming its field (issue 44, finding 8: the fuzz campaign's garbage
+accepted). Each case is one the campaign found accepted before."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from ha_ops.errors import SpecError
+from ha_ops.health.config import ControllerReporting
+from ha_ops.health.report import AgentReport
+from ha_ops.remediation.config import ControllerConfig
+from ha_ops.rollout.plan import FleetNode, plan_rollout
+from ha_ops.rollout.policy import build_policy
+from ha_ops.spec import parse_spec
+from ha_ops.util.names import base_url_problem
+from tests.unit.test_spec import lab_data, put
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["not a url", "ctl1:8800", "ftp://ctl1:8800", "https://", "http://ctl1:99999", "http://ctl1:0",
+     "http://user:pw@ctl1:8800", "http://ctl1:8800/?q=1", "http://ctl1:8800/#x", "http://ctl1:8800\n", ""],
+)  # fmt: skip
+def test_controller_urls_that_are_not_urls_are_refused(url: str) -> None:
+    assert base_url_problem(url) is not None
+    with pytest.raises(ValidationError, match=r"urls\.0\n"):
+        ControllerReporting(urls=[url])
+
+
+def test_real_controller_urls_pass_and_tls_wants_https(tmp_path: Path) -> None:
+    for url in ("http://10.77.0.10:8800", "https://ctl1.example:8800/", "http://[::1]:8800"):
+        assert base_url_problem(url) is None, url
+    tls = {"ca_file": tmp_path / "ca", "cert_file": tmp_path / "c", "key_file": tmp_path / "k"}
+    with pytest.raises(ValidationError, match="with tls every URL is https://"):
+        ControllerReporting.model_validate({"urls": ["https://a:1", "http://b:2"], "tls": tls})
+
+
+def controller(tmp_path: Path, **fields: Any) -> ControllerConfig:
+    return ControllerConfig.model_validate({"id": "c", "state_dir": tmp_path, **fields})
+
+
+@pytest.mark.parametrize(
+    ("pools", "named"),
+    [
+        ({"p": {"nodes": ["n1", "n2", "n1"]}}, "pools.p.nodes: n1 is listed twice (also in pools.p.nodes)"),
+        ({"p": {"nodes": ["n1"], "spares": ["n1"]}}, "pools.p.spares: n1 is listed twice (also in pools.p.nodes)"),
+        ({"p": {"nodes": ["n1"]}, "q": {"nodes": ["n1"]}}, "pools.q.nodes: n1 is listed twice (also in pools.p.nodes)"),
+    ],
+)
+def test_a_node_listed_twice_in_the_pools_is_refused(tmp_path: Path, pools: dict[str, Any], named: str) -> None:
+    with pytest.raises(ValidationError) as refused:
+        controller(tmp_path, pools=pools)
+    assert named in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    "lease", [{"lease_renew_s": 1e308}, {"lease_renew_s": 3.0}, {"lease_margin_s": 3.0}, {"lease_ttl_s": 1e9}]
+)
+def test_lease_timings_a_leader_could_not_keep_are_refused(tmp_path: Path, lease: dict[str, float]) -> None:
+    with pytest.raises(ValidationError, match="lease_"):
+        controller(tmp_path, pools={"p": {"nodes": ["n1"]}}, **lease)
+    controller(tmp_path, pools={"p": {"nodes": ["n1"]}}, lease_ttl_s=10, lease_renew_s=3, lease_margin_s=2)
+
+
+def test_a_canary_bigger_than_the_cluster_is_refused() -> None:
+    nodes = [FleetNode(f"n{i}", domain="r1", driver_version="550.1") for i in range(4)]
+    with pytest.raises(SpecError) as refused:
+        plan_rollout(nodes, build_policy({"canary": "99999999999999999999"}), "570.1")
+    assert refused.value.problems == [
+        "canary: 99999999999999999999 is more nodes than the cluster's 4 (a canary is a few)"
+    ]
+    assert len(plan_rollout(nodes, build_policy({"canary": "4"}), "570.1").waves[0].nodes) == 4
+
+
+def test_gpu_indices_are_0_to_255() -> None:
+    base = {"node": "n1", "seq": 1, "agent_id": "a", "sent_at": 0.0, "state": "unhealthy", "action": "drain",
+            "reason": "x"}  # fmt: skip
+    finding = {"check": "xid", "severity": "critical", "action": "drain", "message": "XID 79"}
+    AgentReport.model_validate(
+        base | {"findings": [finding | {"gpu": 255}], "gpus": [{"index": 255, "state": "healthy"}]}
+    )
+    with pytest.raises(ValidationError, match=r"findings\.0\.gpu"):
+        AgentReport.model_validate(base | {"findings": [finding | {"gpu": 256}]})
+    with pytest.raises(ValidationError, match=r"gpus\.0\.index"):
+        AgentReport.model_validate(base | {"gpus": [{"index": 256, "state": "healthy"}]})
+
+
+@pytest.mark.parametrize("value", ["rack\n1", "rack\t1", "rack\x001", "rack\x7f"])
+def test_a_spec_string_with_a_control_character_is_refused(value: str) -> None:
+    data = lab_data()
+    put(("failure_domains", 0, "rack"), value)(data)
+    with pytest.raises(SpecError) as refused:
+        parse_spec(data)
+    assert refused.value.problems == [f"failure_domains[0].rack: control characters ({value[4]!r}) are not allowed"]
