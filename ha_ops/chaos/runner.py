@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 from pathlib import Path
 from typing import Any
 
@@ -86,14 +87,28 @@ _PROVIDER_FIELDS = {"type": _TEXT, "module": _TEXT, "func": _TEXT, "path": _TEXT
                     "arguments": (dict, list, str), "timeout": (int, float, list), "secrets": (list, str)}  # fmt: skip
 
 
+MAX_PAUSE_S = 86_400.0
+
+
+def _pause_problem(key: Any, value: Any) -> str | None:
+    """Chaos Toolkit pauses `before` and `after` an activity, for a number of seconds (or a ${variable} that is one);
+    NaN, infinity or a negative pause was accepted and then slept on (issue 44, finding 8)."""
+    if key not in ("before", "after"):
+        return "a pause is `before` or `after` an activity"
+    if isinstance(value, str):
+        return None if re.fullmatch(r"\$\{[A-Za-z_][A-Za-z0-9_]*\}", value) else "a ${variable}, or a number of seconds"
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= MAX_PAUSE_S:
+        return f"must be a number of seconds from 0 to {MAX_PAUSE_S:g} (or a ${{variable}})"
+    return None
+
+
 def _activity_problems(where: str, activity: dict[str, Any]) -> list[str]:
     problems = [f"{where}.{name}: must be {' or '.join(t.__name__ for t in kinds)}, not {type(activity[name]).__name__}"
                 for name, kinds in _ACTIVITY_FIELDS.items()
                 if name in activity and not isinstance(activity[name], kinds)]  # fmt: skip
     pauses = activity.get("pauses")
     if isinstance(pauses, dict):
-        problems += [f"{where}.pauses.{k}: must be a number of seconds or a ${{variable}}" for k, v in pauses.items()
-                     if isinstance(v, bool) or not isinstance(v, int | float | str)]  # fmt: skip
+        problems += [f"{where}.pauses.{k}: {why}" for k, v in pauses.items() if (why := _pause_problem(k, v))]
     provider = activity.get("provider")
     if "provider" in activity and not isinstance(provider, dict):
         problems.append(f"{where}.provider: must be a mapping (type, module, func, arguments)")

@@ -20,7 +20,14 @@ lab's own folder and tools for the few `lab_run` steps where the lab truly diffe
 
 from __future__ import annotations
 
+import string
 from collections.abc import Callable
+
+PER_HOST = frozenset({"ssh", "on", "address"})  # {ssh:HOST}: these name a host in their format spec
+NAMES = PER_HOST | frozenset(
+    {"ha_ops", "target", "spec", "inventory", "cluster", "controller_state", "storage_watch_state", "rollout_state",
+     "mfsmaster", "lab", "root", "python"}
+)  # fmt: skip
 
 
 class PerHost:
@@ -48,3 +55,27 @@ def ssh_argv(user: str, address: str, port: int, key_file: str | None, known_hos
 def fill(template: str, values: dict[str, object]) -> str:
     """The command with its placeholders filled; KeyError naming the first one the cluster has no value for."""
     return template.format_map(values)
+
+
+def template_problem(template: str) -> str | None:
+    """Why a runbook's command is not a template `fill` can fill, or None: every placeholder one of NAMES, by name
+    (`{0}` and `{}` have no value; `{spec.__class__}` or `{ssh[0]}` would reach into the values' objects), without a
+    conversion (`!r`), and a host given to each of PER_HOST. Braces meant literally are doubled: `{{print $1}}`."""
+    try:
+        fields = [(name, spec, conversion) for _, name, spec, conversion in string.Formatter().parse(template)
+                  if name is not None]  # fmt: skip
+    except ValueError as exc:
+        return f"not a command template ({exc}; write a literal brace as {{{{ or }}}})"
+    for name, spec, conversion in fields:
+        if not name or name.isdigit():
+            return f"{{{name}}} names no placeholder (one of: {', '.join(sorted(NAMES))})"
+        if not name.isidentifier():
+            return (f"{{{name}}}: a placeholder is a plain name (no attribute, index or space; a literal brace is "
+                    "written {{ or }})")  # fmt: skip
+        if name not in NAMES:
+            return f"{{{name}}} is not a placeholder (one of: {', '.join(sorted(NAMES))})"
+        if conversion:
+            return f"{{{name}!{conversion}}}: a placeholder takes no conversion"
+        if name in PER_HOST and not spec:
+            return f"{{{name}}} names a host: {{{name}:HOST}}"
+    return None

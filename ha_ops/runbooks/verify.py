@@ -26,14 +26,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, field_validator
 
 from ha_ops.chaos import faults, hold, runner, target
 from ha_ops.chaos.plan import UNSET, Condition, baselines_of
 from ha_ops.cluster.base import Cluster
 from ha_ops.cluster.gpu import CapabilityMissing
 from ha_ops.errors import SpecError
-from ha_ops.runbooks.placeholders import fill
+from ha_ops.runbooks.placeholders import fill, template_problem
 from ha_ops.spec.load import validation_problems
 from ha_ops.util.models import ConfigModel
 from ha_ops.util.parsing import existing_file, parse_yaml, read_text
@@ -58,6 +58,14 @@ class ManualStep(ConfigModel):
     run: str = Field(description="What the engineer runs on a real cluster (ha_ops.runbooks.placeholders).")
     lab_run: str | None = Field(None, description="Run instead in the lab, only where the lab truly differs.")
     timeout_s: float = Field(60.0, gt=0)
+
+    @field_validator("run", "lab_run")
+    @classmethod
+    def _fillable(cls, template: str | None) -> str | None:
+        # (checked when the runbook loads: `run: '{0}'` passed, and failed only when the step ran; issue 44)
+        if template is not None and (problem := template_problem(template)) is not None:
+            raise ValueError(problem)
+        return template
 
 
 class Case(ConfigModel):

@@ -3,10 +3,12 @@ accepted). Each case is one the campaign found accepted before."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from pydantic import ValidationError
 
 from ha_ops.errors import SpecError
@@ -96,3 +98,61 @@ def test_a_spec_string_with_a_control_character_is_refused(value: str) -> None:
     with pytest.raises(SpecError) as refused:
         parse_spec(data)
     assert refused.value.problems == [f"failure_domains[0].rack: control characters ({value[4]!r}) are not allowed"]
+
+
+@pytest.mark.parametrize(
+    ("pause", "named"),
+    [
+        ({"after": float("nan")}, "pauses.after: must be a number of seconds from 0 to 86400"),
+        ({"after": float("inf")}, "pauses.after: must be a number of seconds from 0 to 86400"),
+        ({"before": -5}, "pauses.before: must be a number of seconds from 0 to 86400"),
+        ({"during": 1}, "pauses.during: a pause is `before` or `after` an activity"),
+        ({"after": "soon"}, "pauses.after: a ${variable}, or a number of seconds"),
+    ],
+)
+def test_an_experiments_pause_that_is_no_number_of_seconds_is_refused(
+    tmp_path: Path, pause: dict[str, Any], named: str
+) -> None:
+    from ha_ops.chaos.runner import load_experiment
+    from tests.labkit import REPO
+
+    experiment = yaml.safe_load((REPO / "chaos/experiments/gpu-xid79.yaml").read_text())
+    activity = next(a for a in experiment["method"] if "pauses" in a)
+    activity["pauses"] = pause
+    path = tmp_path / "experiment.json"
+    path.write_text(json.dumps(experiment))  # (NaN and Infinity as Python's JSON writes them, which it reads too)
+    with pytest.raises(SpecError) as refused:
+        load_experiment(path, cluster={"ha_ops_target": "lab:fuzz"})
+    assert any(named in problem for problem in refused.value.problems), refused.value.problems
+
+
+@pytest.mark.parametrize(
+    ("run", "why"),
+    [
+        ("{0}", "{0} names no placeholder"),
+        ("echo {}", "{} names no placeholder"),
+        ("echo {spec.__class__}", "a placeholder is a plain name"),
+        ("echo {ssh[0]}", "a placeholder is a plain name"),
+        ("echo {nope}", "{nope} is not a placeholder"),
+        ("echo {spec!r}", "{spec!r}: a placeholder takes no conversion"),
+        ("{ssh} reboot", "{ssh} names a host: {ssh:HOST}"),
+        ("awk '{print $1}'", "a literal brace is written {{ or }}"),
+        ("echo {", "not a command template"),
+    ],
+)
+def test_a_runbook_command_that_cannot_be_filled_is_refused_when_it_loads(tmp_path: Path, run: str, why: str) -> None:
+    from ha_ops.runbooks.placeholders import template_problem
+    from ha_ops.runbooks.verify import load_runbook
+    from tests.labkit import REPO
+
+    problem = template_problem(run)
+    assert problem is not None and why in problem, problem
+    text = (REPO / "runbooks/gpu-failure.md").read_text().replace("../chaos/", f"{REPO}/chaos/")
+    head, _, rest = text.partition("    run: ")
+    path = tmp_path / "runbook.md"
+    path.write_text(head + "    run: " + json.dumps(run) + "\n    was: " + rest)
+    with pytest.raises(SpecError) as refused:
+        load_runbook(path)
+    assert any(why in p for p in refused.value.problems), refused.value.problems
+    for fine in ("{ssh:ctl1} systemctl start slurmctld", "{ha_ops} controller status {target}", "awk '{{print $1}}'"):
+        assert template_problem(fine) is None, fine
