@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import urllib.parse
+from collections.abc import Callable
 from typing import Annotated
 
 from pydantic import AfterValidator
@@ -32,14 +33,18 @@ def node_name_problem(name: str) -> str | None:
     return None
 
 
-def _checked(name: str) -> str:
-    problem = node_name_problem(name)
-    if problem is not None:
-        raise ValueError(problem)
-    return name
+def _refusing(problem_of: Callable[[str], str | None]) -> Callable[[str], str]:
+    """A pydantic validator from a function that says why a value is not good (a ValueError naming it)."""
+
+    def check(value: str) -> str:
+        if (problem := problem_of(value)) is not None:
+            raise ValueError(problem)
+        return value
+
+    return check
 
 
-NodeName = Annotated[str, AfterValidator(_checked)]
+NodeName = Annotated[str, AfterValidator(_refusing(node_name_problem))]
 
 
 def base_url_problem(url: str) -> str | None:
@@ -59,11 +64,4 @@ def base_url_problem(url: str) -> str | None:
     return None
 
 
-def _checked_url(url: str) -> str:
-    problem = base_url_problem(url)
-    if problem is not None:
-        raise ValueError(problem)
-    return url
-
-
-BaseUrl = Annotated[str, AfterValidator(_checked_url)]
+BaseUrl = Annotated[str, AfterValidator(_refusing(base_url_problem))]
