@@ -53,8 +53,9 @@ class CertificatesConfig(ConfigModel):
     enrollment: EnrollmentConfig | None = None
     max_issued_per_identity: int = Field(
         6, ge=1, le=10_000, description="Certificates issued to one identity (a renewal's, or an enrolled node's) "
-        "within issue_window_s; more are refused with 429 until the window moves on. A renewal is due at two thirds "
-        "of a certificate's life: a caller that asks again and again wants the issuer's time, not a certificate."
+        "within issue_window_s (or the certificates' lifetime, if shorter: a renewal is due at two thirds of it, so "
+        "a window of one lifetime needs two); more are refused with 429 until the window moves on. A caller that "
+        "asks again and again wants the issuer's time, not a certificate."
     )  # fmt: skip
     issue_window_s: float = Field(600.0, gt=0, le=86_400)
 
@@ -162,7 +163,8 @@ class CertificateService:
 
     def _admit(self, identity: str) -> None:
         """At most max_issued_per_identity certificates to one identity within issue_window_s (TooManyRequests)."""
-        now, window, most = time.monotonic(), self.config.issue_window_s, self.config.max_issued_per_identity
+        now, most = time.monotonic(), self.config.max_issued_per_identity
+        window = min(self.config.issue_window_s, self.config.issuer.lifetime_s)
         with self._lock:
             recent = self._recent[identity]
             while recent and recent[0] <= now - window:
