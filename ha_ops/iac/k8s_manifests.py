@@ -328,20 +328,30 @@ def controller_pod_spec(spec: ClusterSpec, cfg: K8sLayerConfig, image: str) -> d
                 "env": env,
                 "ports": ports,
                 "readinessProbe": {**probe, "periodSeconds": 5},
+                # Alive, leader or standby (/healthz is answered on the server's loop, before any worker): a minute
+                # of silence restarts it, never a busy moment.
+                "livenessProbe": {**probe, "periodSeconds": 10, "timeoutSeconds": 5, "failureThreshold": 6},
                 "volumeMounts": [
                     {"name": v["name"], "mountPath": path, **({"readOnly": True} if ro else {})}
                     for v, path, ro in volumes
                 ],
                 "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}},
-                "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True},
+                # Pod Security `restricted` (issue 44, finding 11): it needs no capability (its ports are over 1024).
+                "securityContext": {
+                    "allowPrivilegeEscalation": False,
+                    "readOnlyRootFilesystem": True,
+                    "capabilities": {"drop": ["ALL"]},
+                },
             }
         ],
-        # The image's user, and its group owning the Secrets' files (0440): readable by the controller alone.
+        # The image's user, and its group owning the Secrets' files (0440): readable by the controller alone; the
+        # container runtime's default seccomp profile.
         "securityContext": {
             "runAsUser": IMAGE_UID,
             "runAsGroup": IMAGE_UID,
             "runAsNonRoot": True,
             "fsGroup": IMAGE_UID,
+            "seccompProfile": {"type": "RuntimeDefault"},
         },
         "volumes": [v for v, _, _ in volumes],
     }

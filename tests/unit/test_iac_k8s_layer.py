@@ -191,8 +191,14 @@ def test_each_controller_replica_is_named_by_its_pod_and_writes_nothing_to_disk(
         "env"]  # fmt: skip
     # Ready when the enrollment port answers (a kubelet's probe presents no client certificate).
     assert container["readinessProbe"]["httpGet"] == {"path": "/healthz", "port": 8801, "scheme": "HTTPS"}
+    # Alive whether it leads or not (/healthz is 200 for both), restarted only after a minute without an answer.
+    assert container["livenessProbe"]["httpGet"] == container["readinessProbe"]["httpGet"]
+    assert container["livenessProbe"]["periodSeconds"] * container["livenessProbe"]["failureThreshold"] >= 60
+    # What Pod Security `restricted` asks of a pod (issue 44, finding 11).
     assert pod["securityContext"] == {"runAsUser": 65532, "runAsGroup": 65532, "runAsNonRoot": True,
-                                      "fsGroup": 65532}  # fmt: skip
+                                      "fsGroup": 65532, "seccompProfile": {"type": "RuntimeDefault"}}  # fmt: skip
+    assert container["securityContext"] == {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                                            "capabilities": {"drop": ["ALL"]}}  # fmt: skip
 
 
 def test_the_audit_key_comes_from_its_secret_or_the_chain_is_unkeyed_when_none_is_named() -> None:
