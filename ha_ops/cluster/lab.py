@@ -202,6 +202,8 @@ class LabCluster:
             "on": PerHost("on", lambda name: ha_ops, hosts),
             "address": PerHost("address", lambda name: str(self.layout.node(name).address),
                                [n.name for n in self.layout.nodes]),
+            "controller_config": PerHost("controller_config", lambda name: str(controllers.config_path(ctx, name)),
+                                         hosts),
         }  # fmt: skip
 
 

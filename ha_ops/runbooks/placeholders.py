@@ -9,6 +9,8 @@ is the command an on-call engineer types on a real cluster; its placeholders say
                     (`--inventory FILE`);  {spec}, {inventory}, {cluster}
     {controller_state}  the remediation controllers' shared state folder (lease, state, audit log): the
                     inventory's ha_ops_controller_state_dir, default /var/lib/ha-ops/controller
+    {controller_config:HOST}  the controller's config file on HOST (its log, state and audit key, for `audit verify
+                    --config`): the inventory's ha_ops_controller_config_file, default /etc/ha-ops/controller.yaml
     {storage_watch_state}  the storage master's failover watcher's folder (audit log) on the metalogger's host: the
                     inventory's ha_ops_storage_watch_state_dir, default /var/lib/ha-ops/storage-watch
     {rollout_state}  the driver rollout's state folder on the rollout host: the inventory's
@@ -23,7 +25,7 @@ from __future__ import annotations
 import string
 from collections.abc import Callable
 
-PER_HOST = frozenset({"ssh", "on", "address"})  # {ssh:HOST}: these name a host in their format spec
+PER_HOST = frozenset({"ssh", "on", "address", "controller_config"})  # {ssh:HOST}: these name a host in their spec
 NAMES = PER_HOST | frozenset(
     {"ha_ops", "target", "spec", "inventory", "cluster", "controller_state", "storage_watch_state", "rollout_state",
      "mfsmaster", "lab", "root", "python"}

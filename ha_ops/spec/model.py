@@ -58,6 +58,8 @@ def _string_problems(value: Any, where: str) -> list[str]:
         if found := CONTROL.search(value):
             return [f"{where}: control characters ({found.group()!r}) are not allowed"]
         return []
+    if isinstance(value, BaseModel):
+        return [p for name, item in value for p in _string_problems(item, f"{where}.{name}")]
     if isinstance(value, list | tuple):
         return [p for i, item in enumerate(value) for p in _string_problems(item, f"{where}[{i}]")]
     if isinstance(value, dict):
@@ -66,17 +68,9 @@ def _string_problems(value: Any, where: str) -> list[str]:
 
 
 class StrictModel(BaseModel):
-    """Unknown keys and wrong types are errors: a typo in a spec must never be silently ignored. No string holds
-    template syntax or a control character: every spec string may reach the Ansible inventory."""
+    """Unknown keys and wrong types are errors: a typo in a spec must never be silently ignored."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
-
-    @model_validator(mode="after")
-    def _no_template_syntax(self) -> Any:
-        problems = [p for name, value in self for p in _string_problems(value, name)]
-        if problems:  # (spec.load.validation_problems reads it as one line per field, under the model's place)
-            raise PydanticCustomError(FIELD_PROBLEMS, "{problems}", {"problems": "\n".join(problems)})
-        return self
 
 
 class FailureDomain(StrictModel):
@@ -304,6 +298,15 @@ class ClusterSpec(StrictModel):
     firewall: Firewall | None = None
     kubernetes: Kubernetes | None = None
     images: Images | None = None
+
+    @model_validator(mode="after")
+    def _no_template_syntax(self) -> ClusterSpec:
+        """No string of the spec holds template syntax or a control character: any may reach the inventory. (The
+        spec only: other models may carry templates on purpose, as a rollout site's driver_args does.)"""
+        problems = [p for name, value in self for p in _string_problems(value, name)]
+        if problems:  # (spec.load.validation_problems reads it as one line per field)
+            raise PydanticCustomError(FIELD_PROBLEMS, "{problems}", {"problems": "\n".join(problems)})
+        return self
 
     @model_validator(mode="after")
     def _check_rules(self) -> ClusterSpec:

@@ -638,3 +638,12 @@ def test_template_syntax_in_any_spec_string_is_refused_naming_the_field(
     # A brace alone is still a brace.
     put(path, "rack-{1}")(data)
     parse_spec(data)
+
+
+def test_models_beside_the_spec_keep_their_braces() -> None:
+    # Only the spec's strings are refused template syntax: a rollout site's driver_args (the inventory's
+    # ha_ops_rollout) carry command templates on purpose, as the full lab's do.
+    from ha_ops.cluster.rollouts import RolloutSite
+
+    site = RolloutSite.parse({"host": "mon1", "driver_args": ["--health-command", "check {{host}} {%x%}"]}, "here")
+    assert site.driver_args[1] == "check {{host}} {%x%}"
