@@ -350,7 +350,10 @@ class SshCluster:
         names = list(hosts)
         spec_hosts = [n.name for n in self.layout.nodes]
         inventory = str(self.inventory.source.resolve())
-        controller_config = self.cluster_var("ha_ops_controller_config_file") or "/etc/ha-ops/controller.yaml"
+
+        def controller_config(name: str) -> str:  # (the ha_ops_controller role's, unless the inventory says)
+            return str(hosts[name].vars.get("ha_ops_controller_config_file") or "/etc/ha-ops/controller.yaml")
+
         return {
             "cluster": self.name,
             "spec": str(self.spec_file or ""),
@@ -365,7 +368,7 @@ class SshCluster:
             "ssh": PerHost("ssh", ssh, names),
             "on": PerHost("on", self.ha_ops_command, names),
             "address": PerHost("address", lambda name: str(self.layout.node(name).address), spec_hosts),
-            "controller_config": PerHost("controller_config", lambda name: controller_config, names),
+            "controller_config": PerHost("controller_config", controller_config, names),
         }
 
     def _rollout_state(self) -> str:

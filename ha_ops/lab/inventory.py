@@ -64,6 +64,8 @@ def ssh_inventory(ctx: LabContext) -> dict[str, Any]:
         }
         if "gpu" in node.roles:
             hosts[node.name] |= {"ha_ops_gpu_injection": "fake", "ha_ops_fake_gpu_dir": str(gpu_dir(ctx, node.name))}
+        if "controller" in node.roles:  # where the lab writes each controller's config (the role: /etc/ha-ops)
+            hosts[node.name]["ha_ops_controller_config_file"] = str(controllers.config_path(ctx, node.name))
     switches = {}
     for name in ctx.switch_names():
         hosts[name] = {"ansible_host": str(mgmt.address(ctx, name))}
