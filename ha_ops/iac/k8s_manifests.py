@@ -4,6 +4,10 @@ Pure, no Pulumi. `layer_objects` is the one list both install paths are made fro
 object into a Pulumi resource, and `kustomize_base` writes them as a Kustomize base (`ha-ops k8s render`). Names
 are fixed, not generated: agents reach the controller by its Service's DNS name and Prometheus finds the rules by
 name.
+
+Over 400 lines because it is the layer's one list of objects: the Pod specs, RBAC, NetworkPolicies and rules are
+checked against each other here (a port the Service, the probes and the policy must share), and two install paths
+must produce the same objects; split by kind, each part would import the others' names.
 """
 
 from __future__ import annotations

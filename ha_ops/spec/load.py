@@ -8,7 +8,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from ha_ops.errors import SpecError
-from ha_ops.spec.model import FIELD_PROBLEMS, ClusterSpec
+from ha_ops.spec.model import ClusterSpec
+from ha_ops.spec.strings import FIELD_PROBLEMS
 from ha_ops.util.parsing import parse_yaml, read_text
 
 

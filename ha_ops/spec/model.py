@@ -2,6 +2,10 @@
 
 Field-level rules live on the fields; rules that relate fields to each other run in `_check_rules` so that
 every problem in a spec is reported at once, each naming its field.
+
+Over 400 lines because the spec is one document: its sections' models and the rules across them read together
+(what a pool, a failure domain and the fabric must agree on); what is not the model lives apart (strings.py: what
+no spec string may hold; layout.py: where each host goes).
 """
 
 from __future__ import annotations
@@ -10,12 +14,13 @@ import math
 import re
 from collections import Counter
 from ipaddress import IPv4Address, IPv4Network
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints, model_validator
 from pydantic_core import PydanticCustomError
 
 from ha_ops.cluster.power import BmcConfig
+from ha_ops.spec.strings import FIELD_PROBLEMS, string_problems
 
 HostName = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9-]{0,30}$")]
 Port = Annotated[int, Field(ge=1024, le=65535)]
@@ -41,30 +46,6 @@ def _exact_int(value: object) -> object:
 
 Address = Annotated[IPv4Address | None, Field(strict=False), BeforeValidator(_written_as_text)]
 Cidr = Annotated[IPv4Network, Field(strict=False), BeforeValidator(_written_as_text)]
-
-
-# Jinja's delimiters: Ansible templates any inventory value holding one, and `{{ lookup('pipe', ...) }}` runs a
-# command on the Ansible control node (issue 44, finding 9). No spec string needs them, nor a control character (a
-# newline in a rack's name starts a new line in every file it is written to).
-TEMPLATE_SYNTAX = re.compile(r"\{\{|\{%|\{#")
-CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-FIELD_PROBLEMS = "field_problems"  # (an error whose lines each start with a field of the model that raised it)
-
-
-def _string_problems(value: Any, where: str) -> list[str]:
-    if isinstance(value, str):
-        if TEMPLATE_SYNTAX.search(value):
-            return [f"{where}: template syntax ({{{{, {{% or {{#}}) is not allowed: Ansible would evaluate it"]
-        if found := CONTROL.search(value):
-            return [f"{where}: control characters ({found.group()!r}) are not allowed"]
-        return []
-    if isinstance(value, BaseModel):
-        return [p for name, item in value for p in _string_problems(item, f"{where}.{name}")]
-    if isinstance(value, list | tuple):
-        return [p for i, item in enumerate(value) for p in _string_problems(item, f"{where}[{i}]")]
-    if isinstance(value, dict):
-        return [p for k, v in value.items() for p in _string_problems(k, where) + _string_problems(v, f"{where}.{k}")]
-    return []
 
 
 class StrictModel(BaseModel):
@@ -303,7 +284,7 @@ class ClusterSpec(StrictModel):
     def _no_template_syntax(self) -> ClusterSpec:
         """No string of the spec holds template syntax or a control character: any may reach the inventory. (The
         spec only: other models may carry templates on purpose, as a rollout site's driver_args does.)"""
-        problems = [p for name, value in self for p in _string_problems(value, name)]
+        problems = [p for name, value in self for p in string_problems(value, name)]
         if problems:  # (spec.load.validation_problems reads it as one line per field)
             raise PydanticCustomError(FIELD_PROBLEMS, "{problems}", {"problems": "\n".join(problems)})
         return self
