@@ -56,7 +56,7 @@ class ControllerReporting(ConfigModel):
     )
 
     @model_validator(mode="after")
-    def _renewal_needs_tls(self) -> ControllerReporting:
+    def _tls_rules(self) -> ControllerReporting:
         if self.tls is not None and (plain := [u for u in self.urls if not u.startswith("https://")]):
             raise ValueError(f"urls: with tls every URL is https:// ({plain[0]!r} is not)")
         if (self.renew or self.enroll is not None) and self.tls is None:
