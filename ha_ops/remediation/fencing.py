@@ -61,8 +61,8 @@ class SlurmFencing(Runnable):
             # When this controller last heard an agent itself: a peer's reports prove nothing of its own reach.
             heard_at = max(self.leadership.heard.values(), default=0.0)
             fences = dict(term.state.fences) if term.state is not None else {}
-        host = self.watch.observe(controllers, self.clock(), asked_at, heard_at)
-        token = term.token
+            token = term.token
+        host = self.watch.observe(controllers, self.clock(), asked_at, heard_at, token)
         if host is None or token is None:
             return
         previous = fences.get(host)

@@ -3,7 +3,11 @@
 When (FenceWatch, pure bookkeeping over `scontrol ping` answers): the primary counts as hung once it has been DOWN
 (not answering pings) for `after_s` while a backup is UP. A primary that is frozen rather than dead still holds
 clients until their MessageTimeout; one cut off from the network but alive keeps writing the heartbeat on shared
-state, so the backup stays in standby. It is fenced once per outage; a primary that answers again is watched afresh.
+state, so the backup stays in standby. It is fenced once per outage; a primary that answers again is watched afresh,
+and so is every primary when a new term begins: a watch kept from an earlier term of this controller (it fenced, lost
+the lease, and the primary answered again while another controller led) would take a new outage for the old one and
+never fence it (seen in CI: the cut-off primary left unfenced). Across terms the state's fence records, not this
+memory, say that a fence is still being healed.
 Two observers, as for a lost node: the leader's own pings, and an agent's report that reached the leader after the
 primary went silent. A leader cut off from the network (its lease on storage it still reaches) finds the primary
 silent too, and the backup on its own host UP; without the second observer it would power off a healthy primary
@@ -33,15 +37,24 @@ class FenceWatch:
     after_s: float
     down_since: float | None = None
     fenced: set[str] = field(default_factory=set)
+    term: int | None = None  # the leader's term (lease token) this watch has seen
 
     def observe(
-        self, controllers: list[tuple[str, str]], now: float, asked_at: float | None = None, heard_at: float = 0.0
+        self,
+        controllers: list[tuple[str, str]],
+        now: float,
+        asked_at: float | None = None,
+        heard_at: float = 0.0,
+        term: int | None = None,
     ) -> str | None:
         """The host to fence now, if any. `controllers`: [(host, "UP" | "DOWN")], the primary first, as answered
         by a ping sent at `asked_at` (default `now`): a DOWN means no answer since the ping was sent, which for a
         primary cut off is a whole MessageTimeout before the answer comes back. `heard_at`: when an agent's report
         last reached this controller; the primary is fenced only once one arrived after it went silent (the
-        cluster still reaches this controller, so the silence is the primary's, not this side's)."""
+        cluster still reaches this controller, so the silence is the primary's, not this side's). `term`: the
+        leader's lease token; a new one starts the watch afresh."""
+        if term != self.term:
+            self.term, self.down_since, self.fenced = term, None, set()
         if len(controllers) < 2:
             return None
         primary, state = controllers[0]

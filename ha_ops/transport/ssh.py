@@ -3,6 +3,7 @@ unknown or changed key is an error, never accepted silently."""
 
 from __future__ import annotations
 
+import contextlib
 import shlex
 import socket
 import threading
@@ -118,7 +119,13 @@ class SSHTransport:
             stdin.channel.shutdown_write()
             # Read stderr beside stdout: a command that fills the stderr window would otherwise stall.
             err_box: list[bytes] = []
-            reader = threading.Thread(target=lambda: err_box.append(stderr.read()), daemon=True)
+
+            def read_stderr() -> None:
+                # (a timeout or a closed session: stdout's read below says which, and raises it)
+                with contextlib.suppress(OSError, paramiko.SSHException):
+                    err_box.append(stderr.read())
+
+            reader = threading.Thread(target=read_stderr, daemon=True)
             reader.start()
             out = stdout.read().decode(errors="replace")
             reader.join(timeout)

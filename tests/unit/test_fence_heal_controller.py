@@ -77,6 +77,38 @@ def test_a_new_leader_finishes_the_heal_of_a_primary_its_predecessor_fenced_and_
     assert len(ops.here) == 3
 
 
+def test_a_controller_that_fenced_in_an_earlier_term_fences_the_primarys_next_outage(tmp_path: Path) -> None:
+    # Seen in CI: ctl2's controller fenced the primary, lost the lease before it saw the primary answer again, and
+    # the other controller healed it. Leading again, ctl2 kept the old outage in memory and never fenced the next one.
+    clock, ops = Clock(), CutOffPrimary()
+    a, b = controller(tmp_path, "ctl2", clock, ops), controller(tmp_path, "mon1", clock, ops)
+    primary_controller_writes(a)
+    a.c.lease_step()
+    a.c.fencing.step(CUT)
+    a.step(seconds=1.0, ticks=6)
+    a.c.heard_from("n1")
+    a.c.fencing.step(CUT)
+    assert ops.here == ["ha-ops power off ctl1 -i hosts.yml", "scontrol takeover"]
+    clock.now += 16  # ctl2's controller stalls; mon1's takes the lease and heals the primary
+    b.c.lease_step()
+    b.step(seconds=1.0, ticks=16)
+    b.c.fencing.heal_step()
+    primary_controller_writes(b)
+    b.step(seconds=1.0, ticks=5)
+    b.c.fencing.step(BACK)
+    b.c.fencing.heal_step()
+    assert b.state().fences["ctl1"].phase == "rejoined"
+    clock.now += 16  # now mon1's stalls, and ctl2's leads again: the primary is cut off once more
+    a.c.lease_step()
+    assert a.c.is_leader
+    a.c.fencing.step(CUT)
+    a.step(seconds=1.0, ticks=6)
+    a.c.heard_from("n1")
+    a.c.fencing.step(CUT)
+    assert ops.here[-2:] == ["ha-ops power off ctl1 -i hosts.yml", "scontrol takeover"]
+    assert [e["what"] for e in a.audit()].count("fence_slurmctld") == 2
+
+
 def test_a_held_host_stays_off_and_is_brought_back_once_released(tmp_path: Path) -> None:
     clock, ops = Clock(), CutOffPrimary()
     rig = controller(tmp_path, "ctl2", clock, ops)

@@ -105,3 +105,15 @@ def test_the_outage_counts_from_when_the_unanswered_ping_was_sent() -> None:
     watch = FenceWatch(after_s=8)
     assert watch.observe(HUNG, 105, asked_at=100, heard_at=104) is None
     assert watch.observe(HUNG, 108.5, asked_at=103.5, heard_at=104) == "ctl1"  # 8.5 s after the first unanswered ping
+
+
+def test_a_new_term_watches_afresh() -> None:
+    # This controller fenced the primary in term 4 and lost the lease before it saw the primary answer again; the
+    # primary came back while another controller led. Leading again in term 9, it must fence the primary's new outage,
+    # and count that outage from this term's pings.
+    watch = FenceWatch(after_s=5)
+    watch.observe(HUNG, 100, heard_at=100, term=4)
+    assert watch.observe(HUNG, 105, heard_at=105, term=4) == "ctl1"
+    assert watch.observe(HUNG, 300, heard_at=300, term=9) is None  # the old outage's clock is not this one's
+    assert watch.observe(HUNG, 305, heard_at=305, term=9) == "ctl1"
+    assert watch.observe(HUNG, 310, heard_at=310, term=9) is None  # still once per outage within a term
