@@ -3,7 +3,8 @@
 wiring.py opens the parts (lease, documents, clients, certificates); the term (term.py) holds the leader's state,
 token and lock and writes them; the runnables share it and own nothing else of it:
 
-- leadership (leadership.py): the lease step and the views, every `lease_renew_s`;
+- leadership (leadership.py): the lease step and the views, every `lease_renew_s`, and the leader's renewals in a
+  runnable of their own (never behind the step);
 - the decision loop (reconcile.py): a tick every `tick_s`, or at once when something arrives;
 - the action pipeline (actions.py): the ready intents carried out, several nodes' at once, never holding up a tick;
 - the watchers (watchers.py, fencing.py): the scheduler's node states, the Slurm fence and its heal, the monitoring;
@@ -208,6 +209,7 @@ class Controller:
         for server in servers:
             threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
         self._runnable("lease", self.leadership.run)
+        self._runnable("lease-renewal", self.leadership.renew_run)
         self._runnable("node-states", self.node_states.run)
         actions = self._runnable("actions", lambda _stop: self.actions.run())
         if self.shipper is not None:

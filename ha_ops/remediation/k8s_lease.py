@@ -141,11 +141,24 @@ class KubernetesLease(LeaseTerm):
     def acquire_or_renew(self) -> bool:
         """Take the lease if free or expired, renew it if ours. Returns True while this controller leads. API
         errors other than a lost race propagate as OSError, as the file lease's storage errors do."""
+        return self._take_or_renew(None)
+
+    def renew(self, token: int) -> bool:
+        """Renew the lease held with `token`, never take one: False (and no term held) once the lease no longer
+        names this controller with that token."""
+        return self._take_or_renew(token)
+
+    def _take_or_renew(self, only: int | None) -> bool:
         with self._lock:
+            if only is not None and self.token != only:
+                return False
             sent_at = self.clock()
             now_api = datetime.now(UTC)
             try:
                 lease = self._get()
+                if lease is None and only is not None:
+                    self.token = self._renewed_version = None
+                    return False
                 if lease is None:
                     token = 1
                     body = LeaseObject(
@@ -158,7 +171,8 @@ class KubernetesLease(LeaseTerm):
                     spec = lease.spec or LeaseSpec()
                     transitions = spec.leaseTransitions or 0
                     ours = spec.holderIdentity == self.me and transitions == self.token
-                    if not ours and spec.holderIdentity and self._expires_at(lease) > sent_at:
+                    taken = bool(spec.holderIdentity) and self._expires_at(lease) > sent_at
+                    if not ours and (only is not None or taken):
                         self.token = self._renewed_version = None
                         return False
                     token = transitions if ours else transitions + 1

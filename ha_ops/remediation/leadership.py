@@ -1,7 +1,11 @@
 """Leadership: the lease step (renew, or try to take the lease), this controller's view of the cluster published
 beside its peers' (view.py), the step down of a blind leader, and the takeover that begins a term (term.py).
 
-A runnable (`run`): a step every `lease_renew_s` while leading, more often while standing by.
+Two runnables. `run`: a step every `lease_renew_s` while leading, more often while standing by. `renew_run`: the
+leader's renewals on their own cadence, every `lease_renew_s` from the last one's start, never behind the step (its
+views on a loaded API server, the term's lock held by a tick over 25,000 nodes): behind them a 3 s lease ran out 16 s
+after a takeover at 25,000 nodes. It only renews, never takes the lease, and stops renewing when the step has not
+finished for STEP_STALL_S (a deadlock, storage that hangs): then the lease runs out and a peer takes over, as before.
 """
 
 from __future__ import annotations
@@ -29,6 +33,9 @@ log = logging.getLogger(__name__)
 # Records new to the state (stored nowhere yet) that a takeover still writes before its core; more are written just
 # after it (a fleet of 25,000 first led: 256 shards, longer than a lease term on a busy API server).
 PRELOAD_AT_TAKEOVER = 5_000
+# A leader whose lease step has not finished for this long is stuck, not slow: its renewals stop (a 25,000-node
+# tick holds the term's lock for seconds, not a minute).
+STEP_STALL_S = 60.0
 
 
 class Leadership:
@@ -56,6 +63,8 @@ class Leadership:
         self.slurm_ok_at = 0.0  # the last successful read of Slurm's node states
         self.heard: dict[str, float] = {}  # node -> when its agent's report last arrived here (leader or standby)
         self.on_term: Callable[[], None] = lambda: None  # a term began (app.py: the loops start at once)
+        self.renewed_at = 0.0  # when the lease was last renewed or taken (the step renews only when one is due)
+        self.stepped_at = clock()  # when the lease step last finished (renew_run stops renewing for a stuck one)
 
     # --- what this controller sees ------------------------------------------------------------------------------
     @property
@@ -96,16 +105,41 @@ class Leadership:
             self.step()
             stop.wait(self.config.lease_renew_s if self.is_leader else min(0.5, self.config.lease_renew_s))
 
+    def renew_run(self, stop: threading.Event) -> None:
+        """The leader's renewals, every `lease_renew_s` from the start of the last, whatever the step is doing."""
+        while not stop.is_set():
+            started = self.clock()
+            self.renew_if_due()
+            stop.wait(max(0.05, self.config.lease_renew_s - (self.clock() - started)))
+
+    def renew_if_due(self) -> bool | None:
+        """Renew the held lease when a renewal is due: True renewed (or not due yet and still current), False lost,
+        None when no lease is held (then the step decides whether to take it) or the step is stuck."""
+        token = self.lease.token
+        if token is None or self.clock() - self.stepped_at > STEP_STALL_S:
+            return None
+        if self.clock() - self.renewed_at < self.config.lease_renew_s:
+            return self.lease.current()
+        try:
+            renewed = self.lease.renew(token)
+        except OSError as exc:
+            log.error("lease: shared storage error: %s", exc)
+            return False
+        if renewed:
+            self.renewed_at = self.clock()
+        return renewed
+
     def step(self) -> None:
         self._step()
+        self.stepped_at = self.clock()
         if self.leader_label is not None:
             self.leader_label.mark(self.is_leader)
 
     def _step(self) -> None:
-        # A leader renews first: its view is written and its peers' read through the same storage or API, and
-        # behind them, on an API server loaded by 25,000 nodes, the renewal of a 3 s lease came too late. (A
-        # standby looks at the views first: a blind one must not take the lease.)
-        renewed = self._acquire_or_renew() if self.is_leader else None
+        # A leader renews first (when renew_run has not just done so): its view is written and its peers' read
+        # through the same storage or API, and behind them, on an API server loaded by 25,000 nodes, the renewal of a
+        # 3 s lease came too late. (A standby looks at the views first: a blind one must not take the lease.)
+        renewed = self.renew_if_due() if self.is_leader else None
         better = self._compare_views()
         if better is not None:
             # Blind next to a peer that is not: lead nothing, so that the peer takes the lease.
@@ -133,10 +167,13 @@ class Leadership:
 
     def _acquire_or_renew(self) -> bool:
         try:
-            return self.lease.acquire_or_renew()
+            leading = self.lease.acquire_or_renew()
         except OSError as exc:
             log.error("lease: shared storage error: %s", exc)
             return False
+        if leading:
+            self.renewed_at = self.clock()
+        return leading
 
     def _step_down(self, better: View) -> None:
         now = self.clock()
@@ -185,8 +222,9 @@ class Leadership:
         # Loading a large state takes a new leader a while (25,000 nodes on Kubernetes: longer than a 3 s lease):
         # the lease is renewed before the term's first write, so that the write is not refused for a term the
         # loading used up. (Renewed as the holder, with the same token: nobody else took it meanwhile.)
-        if not self.lease.acquire_or_renew() or self.lease.token != token:
+        if not self.lease.renew(token):
             raise LeaseLost(f"{self.config.id} lost the lease while taking over")
+        self.renewed_at = self.clock()
         term.snapshots.begin_term()  # (the term's first write is snapshotted: a state that loaded)
         # A large fleet new to the state (25,000 fresh records: 256 shards of them) has its records written right
         # after the takeover, in the background: on a busy API server they took longer than a lease term.

@@ -73,6 +73,8 @@ class LeaderLease(Protocol):
 
     def acquire_or_renew(self) -> bool: ...
 
+    def renew(self, token: int) -> bool: ...
+
     def current(self) -> bool: ...
 
     def check(self, token: int) -> None: ...
@@ -177,7 +179,17 @@ class Lease(LeaseTerm):
 
     def acquire_or_renew(self) -> bool:
         """Take the lease if free/expired, renew it if ours. Returns True while this controller leads."""
+        return self._take_or_renew(None)
+
+    def renew(self, token: int) -> bool:
+        """Renew the lease held with `token`, never take one: False (and no term held) once the lease no longer
+        names this controller with that token, runs out, or a later term was claimed."""
+        return self._take_or_renew(token)
+
+    def _take_or_renew(self, only: int | None) -> bool:
         with self._locked():
+            if only is not None and self.token != only:
+                return False
             now = self.clock()
             record = self.read()
             if record is not None:
@@ -193,6 +205,9 @@ class Lease(LeaseTerm):
                 and not self._claimed(record.token + 1)
             ):
                 token = record.token
+            elif only is not None:
+                self.token = None
+                return False
             else:
                 token = self._highest_token(record) + 1
                 self._highest_seen = max(self._highest_seen, token)

@@ -212,3 +212,29 @@ def test_the_controller_labels_its_pod_only_where_its_config_asks_through_the_le
     assert label.client is lease.client  # type: ignore[attr-defined]  # (one client, the lease's short timeout)
     unlabelled = config(False)
     assert make_leader_label(unlabelled, make_lease(unlabelled, time.time)) is None
+
+
+class LeaseApi(SlowApi):
+    """SlowApi that also takes writes: a replace renews (or takes) the lease."""
+
+    def __init__(self, holder: str, token: int) -> None:
+        super().__init__(holder, token, delay=0.0)
+        self.writes: list[tuple[str, int]] = []
+
+    def replace(self, lease: LeaseObject) -> LeaseObject:
+        assert lease.spec is not None
+        self.holder, self.token = lease.spec.holderIdentity or "", lease.spec.leaseTransitions or 0
+        self.version += 1
+        self.writes.append((self.holder, self.token))
+        return self.get()
+
+
+@pytest.mark.parametrize("holder", ["ctl2", ""])  # another controller's lease, or one released (free)
+def test_a_renewal_renews_only_the_lease_held_and_never_takes_one(holder: str) -> None:
+    api = LeaseApi("ctl1", 4)
+    lease = holding(api)
+    assert lease.renew(4) is True and api.writes == [("ctl1", 4)]
+    assert lease.renew(3) is False  # an older term's renewal
+    api.holder, api.token = holder, 5 if holder else 4
+    assert lease.renew(4) is False and lease.token is None
+    assert api.writes == [("ctl1", 4)]  # nothing written: taking it is the lease step's, as a new term

@@ -673,7 +673,7 @@ def test_a_primary_fenced_over_ssh_is_followed_by_the_takeover_at_once(tmp_path:
     rig.c.lease_step()
     silent = [("ctl1", "DOWN"), ("ctl2", "UP")]
     rig.c.fencing.step(silent)
-    rig.step(seconds=6.0, ticks=5)
+    rig.step(seconds=1.0, ticks=6)  # (renewing its lease: a new term would watch afresh)
     rig.c.heard_from("n1")
     rig.c.fencing.step(silent)
     assert ops.on == [("ctl1", DEFAULT_FENCE_COMMAND)]
@@ -755,14 +755,72 @@ def test_a_leader_renews_its_lease_before_it_writes_its_view_and_a_standby_after
     a.c.lease_step()
     order: list[str] = []
     for rig in (a, b):
-        renew, write = rig.c.lease.acquire_or_renew, rig.c.leadership.views.write
-        rig.c.lease.acquire_or_renew = lambda r=renew, who=rig.c.config.id: order.append(f"{who} renews") or r()  # type: ignore[method-assign]
+        take, renew, write = rig.c.lease.acquire_or_renew, rig.c.lease.renew, rig.c.leadership.views.write
+        rig.c.lease.acquire_or_renew = lambda t=take, who=rig.c.config.id: order.append(f"{who} takes") or t()  # type: ignore[method-assign]
+        rig.c.lease.renew = lambda token, r=renew, who=rig.c.config.id: order.append(f"{who} renews") or r(token)  # type: ignore[method-assign]
         rig.c.leadership.views.write = lambda v, w=write, who=rig.c.config.id: order.append(f"{who} view") or w(v)  # type: ignore[method-assign]
     clock.now += 1
     a.c.lease_step()
     b.c.lease_step()
-    assert order == ["ctl1 renews", "ctl1 view", "ctl2 view", "ctl2 renews"]
+    assert order == ["ctl1 renews", "ctl1 view", "ctl2 view", "ctl2 takes"]
     assert a.c.is_leader and not b.c.is_leader
+
+
+def test_the_leaders_renewals_never_wait_for_the_lease_step_or_the_terms_lock(tmp_path: Path) -> None:
+    """At 25,000 nodes a tick held the term's lock for seconds and the views took their time: the renewal, in the
+    same step, came after the 3 s lease had run out. renew_run renews on its own cadence whatever holds the lock."""
+    clock = Clock()
+    a, b = Rig(tmp_path, "ctl1", clock), Rig(tmp_path, "ctl2", clock)
+    a.c.lease_step()
+    token = a.c.lease.token
+    held, stop = threading.Event(), threading.Event()
+
+    def tick_over_a_huge_fleet() -> None:
+        with a.c.term.lock:
+            held.set()
+            stop.wait(10)
+
+    blocker = threading.Thread(target=tick_over_a_huge_fleet)
+    blocker.start()
+    held.wait(5)
+    try:
+        for _ in range(10):  # 10 s while the lock is held: the renewals go on, each due after lease_renew_s
+            clock.now += 1
+            assert a.c.leadership.renew_if_due() is True
+            b.c.lease_step()
+        assert a.c.lease.token == token and a.c.leadership.renewed_at == clock.now
+        assert not b.c.is_leader
+    finally:
+        stop.set()
+        blocker.join()
+    a.c.lease_step()
+    assert a.c.is_leader and a.c.term.token == token  # the same term: nothing was taken over
+
+
+def test_a_leader_whose_lease_step_is_stuck_stops_renewing_and_a_peer_takes_over(tmp_path: Path) -> None:
+    clock = Clock()
+    a, b = Rig(tmp_path, "ctl1", clock), Rig(tmp_path, "ctl2", clock)
+    a.c.lease_step()
+    for _ in range(70):  # the step never finishes again (a deadlock); only the renewals run
+        clock.now += 1
+        a.c.leadership.renew_if_due()
+        b.c.lease_step()
+    assert b.c.is_leader and not a.c.lease.current()
+    assert a.c.leadership.renew_if_due() is None  # its renewal never takes the lease back
+
+
+def test_a_renewal_never_takes_a_lease_it_lost(tmp_path: Path) -> None:
+    clock = Clock()
+    a, b = Rig(tmp_path, "ctl1", clock), Rig(tmp_path, "ctl2", clock)
+    a.c.lease_step()
+    token = a.c.lease.token
+    assert token is not None
+    clock.now += 10  # a's lease ran out (it was frozen); b takes the lease
+    b.c.lease_step()
+    assert b.c.is_leader
+    assert a.c.lease.renew(token) is False and a.c.lease.token is None
+    b.c.lease.release()  # and a free lease is not taken by a renewal either
+    assert a.c.lease.renew(token) is False and a.c.lease.token is None
 
 
 def test_a_leader_that_sees_as_little_as_its_standby_keeps_the_lease(tmp_path: Path) -> None:
