@@ -121,7 +121,8 @@ def check_config(
     cfg = load_controller_config(file)
     pools = ", ".join(f"{name} ({len(p.nodes)} nodes, {len(p.spares)} spares)" for name, p in cfg.pools.items())
     where = f"state in {cfg.state_dir}" if cfg.state_dir is not None else "state in the Kubernetes API"
-    output.result(f"{file}: ok (id {cfg.id}, {cfg.scheduler}, {where}; pools {pools or 'none'})")
+    served = "mutual TLS" if cfg.tls is not None else "plain HTTP (insecure: true)"
+    output.result(f"{file}: ok (id {cfg.id}, {cfg.scheduler}, {where}; pools {pools or 'none'}; {served})")
 
 
 ConfigOpt = typer.Option(

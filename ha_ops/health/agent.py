@@ -410,6 +410,10 @@ class Agent:
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(sig, lambda *_: self.stop())
+        reporting = self.config.controller
+        if reporting.urls and reporting.tls is None:
+            log.warning("reporting to the controllers over plain HTTP (insecure: true): they cannot tell this "
+                        "agent's reports from anyone's")  # fmt: skip
         server = self.start_metrics()
         events = threading.Thread(target=self._event_loop, name="gpu-events", daemon=True)
         events.start()

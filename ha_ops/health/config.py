@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from ha_ops.health.thresholds import Thresholds
-from ha_ops.security.tls import Enrollment, TlsFiles
+from ha_ops.security.tls import INSECURE_WITHOUT_TLS, Enrollment, TlsFiles
 from ha_ops.util.models import ConfigModel
 from ha_ops.util.names import BaseUrl, NodeName
 
@@ -35,7 +35,12 @@ class ControllerReporting(ConfigModel):
     tls: TlsFiles | None = Field(
         None,
         description="Report over mutual TLS with this agent's certificate (CN: its node's name, O: ha-ops:agents); "
-        "the controllers' URLs are then https://.",
+        "the controllers' URLs are then https://. Required when urls are set, unless `insecure` is true.",
+    )
+    insecure: bool = Field(
+        False,
+        description="Without tls: report over plain HTTP (a controller cannot tell this agent's reports from "
+        "anyone's). Logged as a warning at every start; for a lab or a trial only.",
     )
     renew: bool = Field(
         False,
@@ -99,6 +104,11 @@ class AgentConfig(ConfigModel):
 def load_agent_config(path: Path) -> AgentConfig:
     # Imported here: the YAML loader pulls in yaml and ha_ops.spec, which `ha-ops health check` without --config
     # (Slurm's HealthCheckProgram, run often) does not need at start-up.
+    from ha_ops.errors import SpecError
     from ha_ops.util.yamlconfig import load_model
 
-    return load_model(path, AgentConfig)
+    config = load_model(path, AgentConfig)
+    reporting = config.controller
+    if reporting.urls and reporting.tls is None and not reporting.insecure:  # (secure by default: as the controller's)
+        raise SpecError(str(path), [f"controller.tls: {INSECURE_WITHOUT_TLS}"])
+    return config

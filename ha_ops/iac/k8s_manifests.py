@@ -115,8 +115,10 @@ class K8sLayerConfig(BaseModel):
     # CA as `ca.crt`; `ha-ops pki issuer` makes it) and the ConfigMap holding the cluster CA for the agents
     # (`ca.crt`). The operator creates both once, as the audit key (docs/security.md); the pods wait for them. Each
     # agent pod is enrolled with its service account token for the node the API server binds it to, and every
-    # certificate is renewed by its holder through the controllers. None: plain HTTP, unauthenticated.
+    # certificate is renewed by its holder through the controllers. None: plain HTTP, unauthenticated, which needs
+    # `insecure: true` as well (secure by default: the controllers and agents then say so at every start).
     issuer_secret: str | None = "ha-ops-issuer"
+    insecure: bool = False
     ca_config_map: str = "ha-ops-ca"
     certificate_lifetime_s: float = Field(default=86_400.0, ge=60, le=7 * 86_400)
     # Ship every audit entry to a central collector as syslog over TLS (ha_ops.remediation.audit_sink), a copy that
@@ -127,6 +129,10 @@ class K8sLayerConfig(BaseModel):
 
     @model_validator(mode="after")
     def _sink_needs_certificates(self) -> K8sLayerConfig:
+        if self.issuer_secret is None and not self.insecure:
+            raise ValueError("issuer_secret: null serves the controllers' API over plain HTTP (anyone in the "
+                             "cluster may report, mark nodes repaired or drain them); set insecure: true as well "
+                             "to mean it")  # fmt: skip
         if self.audit_sink is not None and self.issuer_secret is None:
             raise ValueError("audit_sink: needs issuer_secret (the controllers' certificates, to ship over TLS)")
         return self
@@ -159,6 +165,8 @@ def agent_config_yaml(spec: ClusterSpec, cfg: K8sLayerConfig) -> str:
         enroll_url = f"https://{CONTROLLER}.{cfg.namespace}.svc:{ENROLL_PORT}"
         enroll = {"urls": [enroll_url], "token_file": f"{TOKEN_DIR}/token"}
         reporting.update(tls=_pod_tls(CA_DIR), renew=True, enroll=enroll)
+    else:
+        reporting["insecure"] = True  # (the layer's insecure: true)
     data = {
         "node": "set-by-node-flag",
         **({"backend": "fake", "fake_dir": fake} if (fake := cfg.agent_fake_gpus_dir) else {"backend": "nvml"}),
@@ -261,7 +269,7 @@ def controller_config(spec: ClusterSpec, cfg: K8sLayerConfig, pool: str, nodes: 
             "serve_names": service_names(cfg),
             "enrollment": {"port": ENROLL_PORT, "audience": ENROLL_AUDIENCE,
                            "agent_service_account": f"system:serviceaccount:{cfg.namespace}:{AGENT}"},
-        }} if cfg.issuer_secret else {}),
+        }} if cfg.issuer_secret else {"insecure": True}),
         **({"audit_sink": {"address": sink.address, "port": sink.port, "tls": _pod_tls(ISSUER_DIR),
                            "marker_file": f"{AUDIT_MARKER_DIR}/shipped"}} if (sink := cfg.audit_sink) else {}),
     }  # fmt: skip

@@ -39,7 +39,11 @@ def render_config(ctx: LabContext, node: str, report_to_controllers: bool = True
             "heartbeat_s": 5.0,
             "timeout_s": 1.0,
             "fallback_after_s": 5.0,
-            **({"tls": tls.config_block(ctx, f"agent-{node}")} if urls and tls.enabled(ctx) else {}),
+            **(
+                ({"tls": tls.config_block(ctx, f"agent-{node}")} if tls.enabled(ctx) else {"insecure": True})
+                if urls
+                else {}
+            ),
         },
         "state_file": str(ctx.node_dir(node) / "agent-state.json"),
     }

@@ -107,7 +107,7 @@ def render_config(ctx: LabContext, node: str) -> dict:
         "peers": base_urls(ctx),
         **where,
         "audit_key_file": str(audit_key_path(ctx, node)),
-        **(tls_section(ctx, node) if lab_tls.enabled(ctx) else {}),
+        **(tls_section(ctx, node) if lab_tls.enabled(ctx) else {"insecure": True}),  # (the spec said so too)
         **({"audit_sink": audit_sink.controller_config(ctx, node)} if audit_sink.enabled(ctx) else {}),
         "partition": ctx.spec.gpu_partition,
         "pools": pools,

@@ -201,6 +201,9 @@ class Controller:
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(sig, lambda *_: self.stop())
+        if self.config.tls is None:
+            log.warning("%s serves its API over plain HTTP (insecure: true): anyone who reaches port %d may report, "
+                        "mark nodes repaired or drain them", self.config.id, self.config.port)  # fmt: skip
         servers = [serve(self, self.config.listen_address, self.config.port)]
         if self.certificates is not None:
             self._runnable("certificates", self.certificates.run)

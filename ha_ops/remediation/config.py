@@ -8,11 +8,12 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
+from ha_ops.errors import SpecError
 from ha_ops.monitoring.web import MonitoringClient
 from ha_ops.remediation.audit_sink import AuditSinkConfig
 from ha_ops.remediation.certificates import CertificatesConfig
 from ha_ops.remediation.fence_config import SlurmFence
-from ha_ops.security.tls import TlsFiles
+from ha_ops.security.tls import INSECURE_WITHOUT_TLS, TlsFiles
 from ha_ops.util.command_template import GpuCommand, NodeCommand
 from ha_ops.util.http_front import Limits
 from ha_ops.util.models import ConfigModel
@@ -221,8 +222,12 @@ class ControllerConfig(ConfigModel):
     tls: TlsFiles | None = Field(
         None,
         description="Serve the API over mutual TLS with these files: every caller presents a certificate the CA "
-        "signed, and its roles decide what it may do (docs/security.md). None: plain HTTP, unauthenticated (the "
-        "API must then be reachable from the cluster's own hosts only).",
+        "signed, and its roles decide what it may do (docs/security.md). Required unless `insecure` is true.",
+    )
+    insecure: bool = Field(
+        False,
+        description="Without tls: serve plain HTTP, unauthenticated (anyone who reaches the port may report, mark "
+        "nodes repaired or drain them). Logged as a warning at every start; for a lab or a trial only.",
     )
     certificates: CertificatesConfig | None = Field(
         None,
@@ -354,4 +359,10 @@ class ControllerConfig(ConfigModel):
 
 
 def load_controller_config(path: Path) -> ControllerConfig:
-    return load_model(path, ControllerConfig)
+    """A controller's config file. Secure by default: a file without tls must say `insecure: true` (checked here,
+    where a deployed controller's config is read, rather than in the model, which tests and benchmarks also build
+    in code for logic that has nothing to do with how the API is served)."""
+    config = load_model(path, ControllerConfig)
+    if config.tls is None and not config.insecure:
+        raise SpecError(str(path), [f"tls: {INSECURE_WITHOUT_TLS}"])
+    return config

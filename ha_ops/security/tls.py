@@ -30,6 +30,13 @@ OPERATORS = "ha-ops:operators"  # repaired, breaker-reset, /v1/state
 ALERTMANAGER = "ha-ops:alertmanager"  # may post alerts, nothing else
 MONITORING = "ha-ops:monitoring"  # Prometheus: /metrics
 
+# Why a config without tls is refused, and how to mean it (the controller's and the agent's).
+INSECURE_WITHOUT_TLS = (
+    "required: the controllers' API is served over mutual TLS (cert_file, key_file, ca_file; docs/security.md). "
+    "Plain HTTP lets anyone who reaches the port report, mark nodes repaired or drain them: set insecure: true to "
+    "mean it (a lab or a trial, never production)"
+)
+
 
 class TlsFiles(ConfigModel):
     """Where this process finds its certificate, its key and the CA it trusts (PEM files, rotated in place)."""

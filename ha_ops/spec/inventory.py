@@ -84,6 +84,10 @@ def _cluster_vars(spec: ClusterSpec, layout: Layout) -> dict[str, Any]:
     }
     if spec.remediation is not None:
         cluster["monitoring_controller_port"] = spec.remediation.port
+        if not spec.remediation.tls:  # plain HTTP, as the spec means it (remediation.insecure): the roles' default
+            # is the ha_ops_pki role's certificates, and they refuse plain HTTP unless told
+            cluster |= {"ha_ops_controller_tls": {}, "ha_ops_controller_insecure": True,
+                        "ha_ops_agent_controller_tls": {}, "ha_ops_agent_controller_insecure": True}  # fmt: skip
     return cluster
 
 

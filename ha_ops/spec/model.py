@@ -210,8 +210,20 @@ class Remediation(StrictModel):
     # lease and state then kept in the API. Game days and runbook checks judge the same scheduler.
     scheduler: Literal["slurm", "kubernetes"] = "slurm"
     # The controllers' API over mutual TLS, every caller with a certificate of the cluster's CA (docs/security.md).
-    # The lab issues them from its own CA; on a cluster the ha_ops_pki role, or the controllers' own issuer.
-    tls: bool = False
+    # The lab issues them from its own CA; on a cluster the ha_ops_pki role, or the controllers' own issuer. Secure
+    # by default: plain HTTP (tls: false) lets anyone on the network report, mark nodes repaired or drain them, so it
+    # needs `insecure: true` as well, and is refused where the spec says `production: true`.
+    tls: bool = True
+    insecure: bool = False
+
+    @model_validator(mode="after")
+    def _plain_http_only_when_asked(self) -> Remediation:
+        if not self.tls and not self.insecure:
+            raise ValueError(
+                "tls: false serves the controllers' API over plain HTTP (anyone on the network "
+                "may report, mark nodes repaired or drain them); set insecure: true to mean it"
+            )
+        return self
 
 
 class Firewall(StrictModel):
@@ -399,6 +411,9 @@ def _rule_problems(spec: ClusterSpec) -> list[str]:
             problems.append(f"{where}.domains: a pool must spread over >= 2 failure domains, got {len(spread)}")
         elif pool.count < 2:
             problems.append(f"{where}.count: 1 node cannot spread over >= 2 failure domains")
+
+    if spec.production and spec.remediation is not None and not spec.remediation.tls:
+        problems.append("remediation.insecure: plain HTTP is refused where production is true (remediation.tls)")
 
     if spec.kubernetes is not None:
         for i, name in enumerate(spec.kubernetes.kubelet_nodes):

@@ -82,6 +82,9 @@ def controller_config(lab: Lab, nodes: list[str], run: str, port: int, parallel:
     return {
         "id": f"bench-{run}", "listen_address": "127.0.0.1", "port": port,
         "scheduler": "kubernetes", "partition": "gpu",
+        # Plain HTTP on 127.0.0.1, meant: this measures the decisions and the API server's writes (the cost of
+        # mutual TLS is tls_connections.py's and ingest.py's)
+        "insecure": True,
         "kubernetes": {"kubeconfig": str(kubernetes.kubeconfig_path(lab.ctx)),
                        "lease": {"namespace": NAMESPACE, "name": f"bench-{run}"},
                        "state": {"namespace": NAMESPACE, "prefix": f"bench-{run}"}},
@@ -155,7 +158,10 @@ def one_run(lab: Lab, api: Client, nodes: list[str], failing: int, stagger: bool
     run = f"{failing}-{'s' if stagger else 'n'}-{int(time.time())}"
     config = tmp / f"{run}.yaml"
     port = free_port()
-    config.write_text(yaml.safe_dump(controller_config(lab, nodes, run, port, parallel)))
+    settings = controller_config(lab, nodes, run, port, parallel)
+    if checkout and "insecure:" not in (Path(checkout) / "ha_ops/remediation/config.py").read_text():
+        del settings["insecure"]  # (a controller from before it was secure by default: plain HTTP without asking)
+    config.write_text(yaml.safe_dump(settings))
     log = (tmp / f"{run}.log").open("w")
     proc = subprocess.Popen([sys.executable, "-m", "ha_ops", "controller", "run", "--config", str(config)],
                             stdout=log, stderr=subprocess.STDOUT, cwd=checkout)  # fmt: skip

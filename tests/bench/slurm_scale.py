@@ -131,6 +131,7 @@ def controller_config(work: Path, names: list[str], port: int, run: int) -> dict
         "id": f"bench-{run}", "listen_address": "127.0.0.1", "port": port, "scheduler": "slurm", "partition": "gpu",
         "state_dir": str(work / f"controller-{run}"), "pools": {"gpu": {"nodes": names}}, "safety": SAFETY,
         "slurm_fence": {"enabled": False},  # one controller, nothing to fence
+        "insecure": True,  # plain HTTP on 127.0.0.1, meant: this measures Slurm's side
     }  # fmt: skip
 
 

@@ -925,6 +925,7 @@ def k8s_controller_config(klab: Lab, me: str, ports: dict[str, int], kubeconfig:
     return {
         "id": me, "listen_address": "127.0.0.1", "port": ports[me],
         "peers": [f"http://127.0.0.1:{p}" for name, p in ports.items() if name != me],
+        "insecure": True,  # plain HTTP on 127.0.0.1, meant (the layer's own pods speak mutual TLS: see above)
         "scheduler": "kubernetes", "partition": "gpu",
         "kubernetes": {"kubeconfig": str(kubeconfig), "eviction_timeout_s": 5.0,
                        "lease": {"namespace": CONTROLLER_NAMESPACE, "name": "ha-ops-controller"},

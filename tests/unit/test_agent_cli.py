@@ -117,3 +117,19 @@ def test_fake_init_leaves_existing_gpus_and_their_faults(
 def test_fake_init_refuses_a_zero_count(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     assert run_main(monkeypatch, "gpu", "fake-init", "--dir", str(tmp_path / "g"), "--count", "0") == 2
     assert not (tmp_path / "g").exists()
+
+
+@pytest.mark.parametrize("command", ["check-config", "run"])
+def test_reporting_without_tls_is_refused_unless_the_config_says_insecure(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    # Secure by default (issue 44, finding 4): over plain HTTP a controller cannot tell an agent's reports from
+    # anyone's.
+    plain = GOOD.replace("urls: []", "urls: [http://10.0.0.1:8800/v1/reports]")
+    path = write(tmp_path, plain)
+    assert run_main(monkeypatch, "agent", command, *(["--config"] if command == "run" else []), str(path)) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {path}: controller.tls: required") and "insecure: true" in err
+    if command == "check-config":
+        path = write(tmp_path, plain.replace("controller: {", "controller: {insecure: true, "))
+        assert run_main(monkeypatch, "agent", command, str(path)) == 0

@@ -10,11 +10,13 @@ from tests.unit.cli_helpers import run_main
 
 GOOD = """\
 id: ctl1
-peers: [http://10.0.0.1:8800, http://10.0.0.2:8800]
+peers: [https://10.0.0.1:8800, https://10.0.0.2:8800]
 state_dir: /srv/ha-ops/controller
+tls: {ca_file: /etc/ha-ops/pki/ca.crt, cert_file: /etc/ha-ops/pki/c.crt, key_file: /etc/ha-ops/pki/c.key}
 pools:
   h100: {nodes: [gpu1, gpu2], spares: [gpu3]}
 """
+PLAIN = GOOD.replace("https://", "http://").replace("tls: {", "# tls: {")
 
 
 def test_a_good_config_is_ok_and_says_what_it_runs(
@@ -24,7 +26,23 @@ def test_a_good_config_is_ok_and_says_what_it_runs(
     path.write_text(GOOD)
     assert run_main(monkeypatch, "controller", "check-config", str(path)) == 0
     out = capsys.readouterr().out
-    assert "ok (id ctl1, slurm, state in /srv/ha-ops/controller; pools h100 (2 nodes, 1 spares))" in out
+    assert "ok (id ctl1, slurm, state in /srv/ha-ops/controller; pools h100 (2 nodes, 1 spares); mutual TLS)" in out
+
+
+@pytest.mark.parametrize("command", ["check-config", "run"])
+def test_a_config_without_tls_is_refused_unless_it_says_insecure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, command: str
+) -> None:
+    # Secure by default (issue 44, finding 4): plain HTTP let anyone report, mark nodes repaired or drain them.
+    path = tmp_path / "controller.yaml"
+    path.write_text(PLAIN)
+    assert run_main(monkeypatch, "controller", command, *(["--config"] if command == "run" else []), str(path)) == 2
+    err = capsys.readouterr().err
+    assert "tls: required" in err and "insecure: true" in err and "Traceback" not in err
+    if command == "check-config":
+        path.write_text(PLAIN + "insecure: true\n")
+        assert run_main(monkeypatch, "controller", command, str(path)) == 0
+        assert "; plain HTTP (insecure: true))" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(

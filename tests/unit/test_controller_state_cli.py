@@ -66,7 +66,7 @@ def test_a_bad_snapshot_exits_2_naming_it_and_changes_nothing(
     (h.dir / "snapshots" / "slot-09.json").write_text("{not a snapshot\n")
     config = tmp_path / "other.yaml"  # another cluster's controller config, over this state folder
     config.write_text(yaml.safe_dump({"id": "ctl9", "state_dir": str(h.dir), "pools": {"p": {"nodes": ["x1"]}},
-                                      "audit_key_file": str(tmp_path / "audit.key")}))  # fmt: skip
+                                      "audit_key_file": str(tmp_path / "audit.key"), "insecure": True}))  # fmt: skip
     args = {
         "missing": restore_cmd(h, "--from", "0000000042-nope"),
         "damaged": restore_cmd(h, "--from", "slot-09"),

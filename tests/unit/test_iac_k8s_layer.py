@@ -208,7 +208,7 @@ def test_the_audit_key_comes_from_its_secret_or_the_chain_is_unkeyed_when_none_i
     spec = example("lab.yaml")
     keyed = ControllerConfig.model_validate(controller_config(spec, K8sLayerConfig(), "gpu", ["gpu1"]))
     assert str(keyed.audit_key_file) == "/run/secrets/ha-ops-audit/key"
-    plain = K8sLayerConfig(audit_key_secret=None, issuer_secret=None)
+    plain = K8sLayerConfig(audit_key_secret=None, issuer_secret=None, insecure=True)
     unkeyed = ControllerConfig.model_validate(controller_config(spec, plain, "gpu", ["gpu1"]))
     assert unkeyed.audit_key_file is None and unkeyed.tls is None and unkeyed.certificates is None
     pod = controller_pod_spec(spec, plain, "image")
@@ -419,4 +419,4 @@ def test_the_controllers_ship_their_audit_entries_to_a_collector_with_their_own_
     egress = network_policies(spec, cfg)["controller-to-audit-sink"]["egress"]
     assert egress == [{"to": [{"ipBlock": {"cidr": "10.0.0.53/32"}}], "ports": [{"port": 6514, "protocol": "TCP"}]}]
     with pytest.raises(ValueError, match="audit_sink: needs issuer_secret"):
-        K8sLayerConfig(audit_sink={"address": "10.0.0.53"}, issuer_secret=None)
+        K8sLayerConfig(audit_sink={"address": "10.0.0.53"}, issuer_secret=None, insecure=True)

@@ -560,13 +560,13 @@ def test_the_audit_sink_is_rsyslog_over_tls_and_each_controller_ships_to_it(ctx:
 def test_without_tls_there_is_no_sink_and_no_certificate(tmp_path: Path) -> None:
     from ha_ops.lab import audit_sink, controllers
 
-    spec = variant(lambda d: d["remediation"].update(tls=False))
+    spec = variant(lambda d: d["remediation"].update(tls=False, insecure=True))
     plain = make_ctx(spec, tmp_path / "plain")
     tls.prepare(plain)
     audit_sink.prepare(plain)
     assert not (tls.folder(plain)).exists() and not audit_sink.config_path(plain).exists()
     config = controllers.render_config(plain, "ctl1")
-    assert "tls" not in config and "audit_sink" not in config
+    assert "tls" not in config and "audit_sink" not in config and config["insecure"] is True  # (as the spec said)
     assert controllers.base_urls(plain)[0].startswith("http://")
     assert "client" not in config["monitoring"] and monitoring.prometheus_url(plain).startswith("http://")
     monitoring.prepare(plain)

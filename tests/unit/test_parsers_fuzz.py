@@ -42,7 +42,8 @@ def _webhook() -> dict[str, Any]:
 
 
 def _controller_config() -> dict[str, Any]:
-    return {"id": "ctl1", "state_dir": "/tmp/fz/state", "partition": "gpu", "peers": ["http://10.0.0.2:8800"],
+    return {"id": "ctl1", "state_dir": "/tmp/fz/state", "partition": "gpu", "peers": ["https://10.0.0.2:8800"],
+            "tls": {"ca_file": "/tmp/fz/ca.crt", "cert_file": "/tmp/fz/s.crt", "key_file": "/tmp/fz/s.key"},
             "pools": {"gpu": {"nodes": ["gpu1", "gpu2"], "spares": ["gpu3"]}},
             "access": {"reset_gpu_command": "nvidia-smi -r -i {gpu}", "reboot_command": "reboot"},
             # the watch over TLS with a password: its fields are fuzzed too

@@ -66,6 +66,41 @@ CASES = [
         "slurm_controller_slurmctld_timeout: below 4 s",
     ),
     ("ha_ops_controller", {}, "ha_ops_controller_state_dir: required"),
+    (  # secure by default (issue 44, finding 4): plain HTTP only when meant, and never in production
+        "ha_ops_controller",
+        {
+            "ha_ops_controller_state_dir": "/srv/ha-ops",
+            "ha_ops_controller_audit_key": "ab" * 32,
+            "ha_ops_controller_tls": {},
+        },
+        "ha_ops_controller_tls: {} serves the API over plain HTTP",
+    ),
+    (
+        "ha_ops_controller",
+        {
+            "ha_ops_controller_state_dir": "/srv/ha-ops",
+            "ha_ops_controller_audit_key": "ab" * 32,
+            "ha_ops_controller_tls": {},
+            "ha_ops_controller_insecure": True,
+            "ha_ops_production": True,
+        },
+        "ha_ops_controller_tls: {} serves the API over plain HTTP",
+    ),
+    (  # plain HTTP meant: past that check, refused at the next (this host is no controller)
+        "ha_ops_controller",
+        {
+            "ha_ops_controller_state_dir": "/srv/ha-ops",
+            "ha_ops_controller_audit_key": "ab" * 32,
+            "ha_ops_controller_tls": {},
+            "ha_ops_controller_insecure": True,
+        },
+        "ha_ops_controller_group: localhost is not in the group remediation_controllers",
+    ),
+    (
+        "ha_ops_agent",
+        {"ha_ops_agent_controller_urls": ["http://10.0.0.1:8800/v1/reports"], "ha_ops_agent_controller_tls": {}},
+        "ha_ops_agent_controller_tls: {} reports over plain HTTP",
+    ),
     (
         "ha_ops_controller",
         {"ha_ops_controller_state_dir": "/srv/ha-ops", "ha_ops_controller_audit_key": "secret"},

@@ -59,6 +59,7 @@ def test_the_config_passes_the_controllers_own_check_and_comes_from_the_inventor
     assert cfg["pools"] == {"h100": {"nodes": ["gpu1", "gpu2"], "spares": ["gpu3"]}}
     assert cfg["failure_domains"] == {"rack1": ["gpu1", "gpu2"], "rack2": ["gpu3"]}  # (observers.py's domain rule)
     assert len(cfg["peers"]) == 2 and all(p.startswith("http://") and p.endswith(":8800") for p in cfg["peers"])
+    assert cfg["insecure"] is True and "tls" not in cfg  # plain HTTP only as the scenario meant it
     assert cfg["lease_ttl_s"] == 3.0 and cfg["safety"] == {"breaker_max_nodes": 1}  # the settings merged in
     # A GPU node names its BMC: the controller power-cycles through it, with the BMCs the role wrote.
     assert cfg["access"]["power_cycle_command"] == (
