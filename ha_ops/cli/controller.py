@@ -13,7 +13,7 @@ from rich.table import Table
 from ha_ops.cli import output
 from ha_ops.cli.controller_state import state_app
 from ha_ops.errors import SpecError
-from ha_ops.remediation.audit import AuditHead, keyed_entries, read_key, verify, verify_text
+from ha_ops.remediation.audit import AuditHead, head_record_problem, keyed_entries, read_key, verify, verify_text
 from ha_ops.remediation.audit_sink import compare, shipped_entries
 from ha_ops.remediation.client import ControllerRefused, call
 from ha_ops.remediation.config import ControllerConfig, load_controller_config
@@ -321,7 +321,7 @@ def audit_verify(
     rewritten without it. With --shipped, the central copy too: an entry it holds that the local log lost or holds
     otherwise is named, and a local log that is gone leaves the shipped copy to stand alone. Exit 1 if broken, and
     for a keyed log checked without its key (its HMACs were not checked: an edited entry would still chain)."""
-    head, key = None, read_key(key_file) if key_file else None
+    head, head_mac, key = None, "", read_key(key_file) if key_file else None
     if config is not None:  # the log and the state where the controllers keep them, the end checked too
         from ha_ops.remediation.store import load_state
         from ha_ops.remediation.wiring import make_documents
@@ -331,11 +331,12 @@ def audit_verify(
         documents = make_documents(cfg)
         where, text = documents.describe("audit.jsonl"), documents.read("audit.jsonl")
         recorded = load_state(documents)
-        head = AuditHead(recorded.audit_seq, recorded.audit_hash)
+        head, head_mac = AuditHead(recorded.audit_seq, recorded.audit_hash), recorded.audit_head_mac
     elif file is not None:
         if state is not None:
             recorded_state = read_state(state)
             head = AuditHead(recorded_state.audit_seq, recorded_state.audit_hash)
+            head_mac = recorded_state.audit_head_mac
         where, text = str(file), _log_text(file) if file.exists() else None
     elif shipped is None:
         raise typer.BadParameter("give the log's FILE, --config or --shipped", param_hint="FILE")
@@ -347,6 +348,8 @@ def audit_verify(
         problems = verify(Path(where), head, key)  # (why it cannot be read; none if the state says nothing was done)
     else:
         problems = []  # the local log is gone: the shipped copy stands alone
+    if head is not None and (moved := head_record_problem(head, head_mac, key)) is not None:
+        problems.insert(0, moved)  # (the state's record of the head moved without the key: a tail cut hidden)
     entries = sum(1 for line in (text or "").splitlines() if line.strip())
     result: dict[str, Any] = {"file": where, "entries": entries}
     chain = ""  # (the shipped copy's entries, as a log)

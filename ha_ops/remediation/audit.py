@@ -63,6 +63,27 @@ class AuditHead:
     hash: str
 
 
+def head_mac(head: AuditHead, key: bytes) -> str:
+    """The audit key's HMAC over the head the state records: without the key, nobody can move the state's record of
+    where the log ends (cut the log's tail, then point the state at the last entry kept)."""
+    return hmac.new(key, f"ha-ops audit head {head.seq} {head.hash}".encode(), hashlib.sha256).hexdigest()
+
+
+def head_record_problem(head: AuditHead, mac: str, key: bytes | None) -> str | None:
+    """What is wrong with the state's record of the audit head, checked with the audit key (None: nothing, or no key
+    to check with). A state at seq 0 without an HMAC is one nothing was audited in yet (or written before ha-ops
+    keyed the head): nothing to check there."""
+    if key is None or (head.seq == 0 and not mac):
+        return None
+    if not mac:
+        return (f"the controller's state records the audit head (seq {head.seq}) without the audit key's HMAC: "
+                "edited, or written before ha-ops keyed it (the next leader's save keys it)")  # fmt: skip
+    if not hmac.compare_digest(mac, head_mac(head, key)):
+        return (f"the controller's state records the audit head (seq {head.seq}) with an HMAC the audit key did not "
+                "make: its record of where the log ends was edited")  # fmt: skip
+    return None
+
+
 @dataclass(frozen=True)
 class Prepared:
     """Entries chained and not yet written: their lines, the head after them, their intents, the entries."""

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ha_ops.remediation import policy
-from ha_ops.remediation.audit import AuditHead, AuditLog
+from ha_ops.remediation.audit import AuditHead, AuditLog, head_record_problem
 from ha_ops.remediation.blocked import BlockedTracker, fresh_window
 from ha_ops.remediation.config import ControllerConfig
 from ha_ops.remediation.documents import Documents
@@ -204,7 +204,10 @@ class Leadership:
         state.leading_since = self.clock()
         # The log read afresh (its predecessor may have written after its last save) and its chain checked against
         # the head the state recorded: a cut or edited log is found here, at every takeover, not adopted.
-        problems = self.audit.resume(AuditHead(state.audit_seq, state.audit_hash))
+        recorded = AuditHead(state.audit_seq, state.audit_hash)
+        problems = self.audit.resume(recorded)
+        if (moved := head_record_problem(recorded, state.audit_head_mac, self.audit.key)) is not None:
+            problems.insert(0, moved)  # (a tail cut with the state pointed at the last entry kept: seen only here)
         if state.audit_seq == 0 and (logged := self.audit.head_as_written().seq) > 0 and not term.store.exists():
             # No state, but a log of past actions: the state was removed, not never written. Forgetting what was
             # done (nodes out of service, a fence under way) is worse than leading nothing until it is restored.

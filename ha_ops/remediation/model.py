@@ -187,6 +187,9 @@ class ControllerState(BaseModel):
     next_intent: int = 1
     audit_seq: int = 0
     audit_hash: str = "0" * 64
+    # The audit key's HMAC over (audit_seq, audit_hash) (audit.head_mac; "" without a key): the record of where the
+    # log ends cannot be moved without the key
+    audit_head_mac: str = ""
     audit_problems: list[str] = Field(default_factory=list)  # what the last takeover found wrong in the audit log
     deferred: dict[str, str] = Field(default_factory=dict)  # node -> why a cordon was held back (rate, capacity)
     leading_since: float = 0.0  # when the current leader took over

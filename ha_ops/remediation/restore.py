@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ha_ops.errors import HaOpsError, SpecError
-from ha_ops.remediation.audit import GENESIS, MAC, AuditHead, AuditLog, readable_entries, verify_text
+from ha_ops.remediation.audit import GENESIS, MAC, AuditHead, AuditLog, head_mac, readable_entries, verify_text
 from ha_ops.remediation.documents import Documents
 from ha_ops.remediation.lease import LeaderLease
 from ha_ops.remediation.model import ControllerState
@@ -312,6 +312,9 @@ def apply(
                 documents.write(kept, old)
         # Audited before the state is written, as the controllers do: a restore never lands unaudited.
         audited = _audit(the_plan, documents, lease, token, audit_key, kept, now)
+        if audit_key is not None:  # (its record of the head keyed, as a leader's save keys it)
+            recorded = AuditHead(the_plan.state.audit_seq, the_plan.state.audit_hash)
+            the_plan.state.audit_head_mac = head_mac(recorded, audit_key)
         for name, text in whole_documents(the_plan.state, documents):  # (the core last; each write fenced)
             with lease.fenced(token):
                 documents.write(name, text)

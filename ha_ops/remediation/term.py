@@ -20,7 +20,7 @@ from concurrent.futures import Future
 from typing import Any, NamedTuple
 
 from ha_ops.remediation import policy
-from ha_ops.remediation.audit import AuditLog, Prepared
+from ha_ops.remediation.audit import AuditLog, Prepared, head_mac
 from ha_ops.remediation.lease import LeaderLease, LeaseLost
 from ha_ops.remediation.model import ControllerState, Intent
 from ha_ops.remediation.node_records import NodeWriter, Stored
@@ -155,6 +155,8 @@ class Term:
         # leads (every write is fenced); asking the documents would read the whole log at every save.
         head = self.audit_log.prepared_head()
         self.state.audit_seq, self.state.audit_hash = head.seq, head.hash
+        key = self.audit_log.key
+        self.state.audit_head_mac = head_mac(head, key) if key is not None else ""
         self.nodes.collect(self.state)  # (only the records that changed: a heartbeat's freshness is not written)
         snapshot = core_text(self.state, self.nodes.journal_json())
         compact = dict(self.nodes.journal) if self.nodes.due() else None

@@ -419,3 +419,36 @@ def test_cli_a_keyed_log_checked_without_its_key_exits_1_saying_its_hmacs_were_n
     (tmp_path / "key").write_bytes(key)
     assert run_cli(monkeypatch, str(path), "--key-file", str(tmp_path / "key")) == 1
     assert "line 2: content does not match its hash (changed)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("cut", ["tail", "tail and the state's head", "log deleted"])
+def test_the_cuts_of_a_keyed_log_are_named_against_the_keyed_state(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, cut: str
+) -> None:
+    """Issue 44, finding 5: the state's record of the head carries the audit key's HMAC (audit.head_mac), so
+    pointing the state at the last entry kept after a tail cut is named too, not "chain intact and matching"."""
+    from ha_ops.remediation.audit import head_mac
+
+    path = tmp_path / "audit.jsonl"
+    (tmp_path / "key").write_bytes(KEY)
+    head = keyed_log(path).head()
+    state = tmp_path / "state.json"
+    state.write_text(ControllerState(audit_seq=head.seq, audit_hash=head.hash,
+                                     audit_head_mac=head_mac(head, KEY)).model_dump_json())  # fmt: skip
+    args = [str(path), "--state", str(state), "--key-file", str(tmp_path / "key")]
+    assert run_cli(monkeypatch, *args) == 0  # (intact and keyed: nothing to name)
+    assert "chain intact and matching the controller's state" in capsys.readouterr().out
+    kept = lines(path)[:-3]
+    if cut == "log deleted":
+        path.unlink()
+    else:
+        put(path, kept)
+    if cut == "tail and the state's head":
+        last = json.loads(kept[-1])
+        data = json.loads(state.read_text()) | {"audit_seq": last["seq"], "audit_hash": last["hash"]}
+        state.write_text(json.dumps(data))
+    assert run_cli(monkeypatch, *args) == 1
+    err = capsys.readouterr().err
+    said = {"tail": "records seq 4 but the log ends at seq 1", "log deleted": "cannot read",
+            "tail and the state's head": "with an HMAC the audit key did not make"}[cut]  # fmt: skip
+    assert said in err, err

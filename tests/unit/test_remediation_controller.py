@@ -709,6 +709,34 @@ def test_a_takeover_finds_a_cut_audit_log_and_goes_on_from_the_states_head(tmp_p
     assert f'ha_ops_audit_head_seq{{id="ctl2"}} {len(EPISODE) + 1}.0' in generate_latest(b.c.registry).decode()
 
 
+def test_a_takeover_finds_a_tail_cut_hidden_by_moving_the_states_head(tmp_path: Path) -> None:
+    """Issue 44, finding 5: the log's tail cut and state.json's audit head pointed at the last entry kept. The chain
+    is whole and matches that head; only the audit key's HMAC over the head (which the cutter lacks) tells."""
+    (tmp_path / "key").write_bytes(b"s" * 32)
+    clock = Clock()
+    keyed = {"audit_key_file": tmp_path / "key"}
+    a, b = Rig(tmp_path, "ctl1", clock, update=keyed), Rig(tmp_path, "ctl2", clock, update=keyed)
+    a.c.lease_step()
+    b.c.lease_step()
+    a.c.handle_report(report())
+    a.step(ticks=8)
+    assert a.state().audit_head_mac  # (keyed at every save)
+    path, core = a.dir / "audit.jsonl", a.dir / "state.json"
+    kept = path.read_text().splitlines()[:2]
+    path.write_text("".join(f"{line}\n" for line in kept))
+    last = json.loads(kept[-1])
+    data = json.loads(core.read_text())
+    data["audit_seq"], data["audit_hash"] = last["seq"], last["hash"]
+    core.write_text(json.dumps(data))
+    clock.now += 3.0
+    b.c.lease_step()
+    assert b.c.is_leader
+    problems = b.state().audit_problems
+    assert problems and "with an HMAC the audit key did not make" in problems[0]
+    assert b.audit()[-1]["what"] == "audit_chain_broken"
+    assert 'ha_ops_audit_intact{id="ctl2"} 0.0' in generate_latest(b.c.registry).decode()
+
+
 def test_an_audit_key_on_the_shared_storage_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"audit_key_file: .* is on the shared storage"):
         ControllerConfig.model_validate({**make_config(tmp_path).model_dump(), "audit_key_file": tmp_path / "key"})
