@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from pathlib import Path
 from typing import Any
 
@@ -13,10 +14,19 @@ from rich.table import Table
 from ha_ops.cli import output
 from ha_ops.cli.controller_state import state_app
 from ha_ops.errors import SpecError
-from ha_ops.remediation.audit import AuditHead, head_record_problem, keyed_entries, read_key, verify, verify_text
+from ha_ops.remediation.audit import (
+    AuditHead,
+    head_record_problem,
+    keyed_entries,
+    outside_record_problem,
+    read_key,
+    verify,
+    verify_text,
+)
 from ha_ops.remediation.audit_sink import compare, shipped_entries
 from ha_ops.remediation.client import ControllerRefused, call
 from ha_ops.remediation.config import ControllerConfig, load_controller_config
+from ha_ops.remediation.lease import RecordedHead
 from ha_ops.remediation.store import read_state
 from ha_ops.schedulers.base import Scheduler
 from ha_ops.security.tls import TlsFiles
@@ -322,9 +332,10 @@ def audit_verify(
     otherwise is named, and a local log that is gone leaves the shipped copy to stand alone. Exit 1 if broken, and
     for a keyed log checked without its key (its HMACs were not checked: an edited entry would still chain)."""
     head, head_mac, key = None, "", read_key(key_file) if key_file else None
+    anchor: RecordedHead | None = None
     if config is not None:  # the log and the state where the controllers keep them, the end checked too
         from ha_ops.remediation.store import load_state
-        from ha_ops.remediation.wiring import make_documents
+        from ha_ops.remediation.wiring import make_documents, make_lease
 
         cfg = load_controller_config(config)
         key = read_key(key_file or cfg.audit_key_file) if (key_file or cfg.audit_key_file) else None
@@ -332,6 +343,8 @@ def audit_verify(
         where, text = documents.describe("audit.jsonl"), documents.read("audit.jsonl")
         recorded = load_state(documents)
         head, head_mac = AuditHead(recorded.audit_seq, recorded.audit_hash), recorded.audit_head_mac
+        lease = make_lease(cfg, time.time).read()  # (the head the last leader saved, recorded outside log and state)
+        anchor = lease.audit_head if lease is not None else None
     elif file is not None:
         if state is not None:
             recorded_state = read_state(state)
@@ -350,6 +363,10 @@ def audit_verify(
         problems = []  # the local log is gone: the shipped copy stands alone
     if head is not None and (moved := head_record_problem(head, head_mac, key)) is not None:
         problems.insert(0, moved)  # (the state's record of the head moved without the key: a tail cut hidden)
+    if anchor is not None:
+        outside = AuditHead(anchor.seq, anchor.hash)
+        if (cut := outside_record_problem(text or "", outside, anchor.mac, key)) is not None:
+            problems.insert(0, cut)
     entries = sum(1 for line in (text or "").splitlines() if line.strip())
     result: dict[str, Any] = {"file": where, "entries": entries}
     chain = ""  # (the shipped copy's entries, as a log)

@@ -69,6 +69,31 @@ def head_mac(head: AuditHead, key: bytes) -> str:
     return hmac.new(key, f"ha-ops audit head {head.seq} {head.hash}".encode(), hashlib.sha256).hexdigest()
 
 
+def chain_hashes(text: str) -> dict[int, str]:
+    """seq -> hash of each readable entry of a log (0: the genesis), to find a recorded head in it."""
+    hashes = {0: GENESIS}
+    for entry in readable_entries(text):
+        seq = entry.get("seq")
+        if type(seq) is int:
+            hashes[seq] = str(entry.get("hash"))
+    return hashes
+
+
+def outside_record_problem(text: str, head: AuditHead, mac: str, key: bytes | None) -> str | None:
+    """What the log lacks of the head recorded outside it and the state (the lease's `audit_head`, as the last leader
+    saved it): a log that does not hold it was cut, with its state or without it. None: it holds it (or runs past)."""
+    if key is not None and mac and not hmac.compare_digest(mac, head_mac(head, key)):
+        return (f"the lease's record of the audit head (seq {head.seq}) carries an HMAC the audit key did not make: "
+                "it was edited")  # fmt: skip
+    hashes = chain_hashes(text)
+    if hashes.get(head.seq) == head.hash:
+        return None
+    end = max(hashes)
+    held = f"the log ends at seq {end}" if end < head.seq else "the log holds another entry there"
+    return (f"the lease records the audit head at seq {head.seq} as the last leader saved it, but {held}: the log "
+            "was cut or rewritten (and the state with it, where the state says less)")  # fmt: skip
+
+
 def head_record_problem(head: AuditHead, mac: str, key: bytes | None) -> str | None:
     """What is wrong with the state's record of the audit head, checked with the audit key (None: nothing, or no key
     to check with). A state at seq 0 without an HMAC is one nothing was audited in yet (or written before ha-ops
@@ -153,17 +178,24 @@ class AuditLog:
         self._load()
         return set(self._intents)
 
-    def resume(self, recorded: AuditHead) -> list[str]:
+    def resume(self, recorded: AuditHead, outside: tuple[AuditHead, str] | None = None) -> list[str]:
         """At the start of a leader's term: check the chain against the head the state recorded (the key's HMACs too)
-        and return its problems. Where the log does not hold that head (cut, or rewritten), the chain goes on from the
-        recorded head, not from the log's end: the state's head is never overwritten from the log, and every later
-        `audit verify` still shows the break where it was made."""
-        problems = verify_text(self.text(), recorded, self.key)
+        and against the head recorded outside the log and the state (`outside`: the lease's, with its HMAC), and
+        return the problems. Where the log does not hold the state's head (cut, or rewritten), the chain goes on from
+        the recorded head, not from the log's end, and from the lease's when that is further: no head is ever
+        overwritten from the log, and every later `audit verify` still shows the break where it was made."""
+        text = self.text()
+        problems = verify_text(text, recorded, self.key)
+        cut = outside_record_problem(text, outside[0], outside[1], self.key) if outside is not None else None
         self._load()
         self._sole_writer = True
         self._prepared_head, self._prepared_intents = None, set()  # (a term's own)
         if any(p.startswith("the controller's state records") for p in problems):
             self._head = recorded
+        if cut is not None:
+            problems.insert(0, cut)
+            if outside is not None and outside[0].seq > self._head.seq and "HMAC" not in cut:
+                self._head = outside[0]
         if self.sink is not None:  # what the predecessor appended but may not have shipped
             self.sink.catch_up(self._entries())
         return problems

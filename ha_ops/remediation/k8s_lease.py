@@ -13,10 +13,13 @@ holder at a time, a fencing token that only grows, `check(token)` before every a
   delivered this controller's own latest renewal: then nothing has been written over it since, as far as a read
   could tell either, and the check costs no request. A storm's hundreds of checks a second then cost the API server
   nothing; a takeover, a deletion or a watch that stalled sends them back to reading (docs/architecture.md).
+- The audit log's head as the leader last saved it rides on every write, as the annotation `ha-ops.io/audit-head`
+  (lease.py's `audit_head`).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import threading
@@ -33,11 +36,27 @@ from lightkube.resources.coordination_v1 import Lease as LeaseObject
 from lightkube.resources.core_v1 import Pod
 from lightkube.types import PatchType
 
-from ha_ops.remediation.lease import LeaseLost, LeaseRecord, LeaseTerm
+from ha_ops.remediation.lease import LeaseLost, LeaseRecord, LeaseTerm, RecordedHead
 from ha_ops.schedulers.k8s_watch import WatchCache
 
 log = logging.getLogger(__name__)
 LEADER_LABEL = "ha-ops.io/leader"
+AUDIT_HEAD = "ha-ops.io/audit-head"  # the Lease's annotation: the audit log's head as the leader saved it (lease.py)
+
+
+def _recorded_head(lease: LeaseObject) -> RecordedHead | None:
+    text = ((lease.metadata.annotations if lease.metadata else None) or {}).get(AUDIT_HEAD)
+    try:
+        return RecordedHead.from_json(json.loads(text)) if text else None
+    except ValueError:
+        return None
+
+
+def _annotate(lease: LeaseObject, head: RecordedHead | None) -> None:
+    if head is None:
+        return
+    lease.metadata = lease.metadata or ObjectMeta()
+    lease.metadata.annotations = {**(lease.metadata.annotations or {}), AUDIT_HEAD: json.dumps(head.as_json())}
 
 
 class KubernetesLease(LeaseTerm):
@@ -62,6 +81,7 @@ class KubernetesLease(LeaseTerm):
         self.clock = clock
         self.token: int | None = None
         self.renewed_until = 0.0
+        self.audit_head: RecordedHead | None = None
         self._renewed_version: str | None = None  # the resourceVersion this controller's latest renewal wrote
         self._watch = (
             WatchCache(client, LeaseObject, namespace=namespace, fields={"metadata.name": name}) if watch else None
@@ -103,7 +123,7 @@ class KubernetesLease(LeaseTerm):
         spec = lease.spec or LeaseSpec()
         with self._lock:
             expires_at = self._expires_at(lease)
-        return LeaseRecord(spec.holderIdentity or "", spec.leaseTransitions or 0, expires_at)
+        return LeaseRecord(spec.holderIdentity or "", spec.leaseTransitions or 0, expires_at, _recorded_head(lease))
 
     def _read_shared(self) -> LeaseRecord | None:
         """The lease as a read that started after this call did returns it. Concurrent callers share one read: while
@@ -160,12 +180,13 @@ class KubernetesLease(LeaseTerm):
                     self.token = self._renewed_version = None
                     return False
                 if lease is None:
-                    token = 1
+                    token, head = 1, self.audit_head
                     body = LeaseObject(
                         metadata=ObjectMeta(name=self.name, namespace=self.namespace),
                         spec=LeaseSpec(holderIdentity=self.me, leaseDurationSeconds=self.duration_s,
                                        acquireTime=now_api, renewTime=now_api, leaseTransitions=token),
                     )  # fmt: skip
+                    _annotate(body, head)
                     written = self.client.create(body)
                 else:
                     spec = lease.spec or LeaseSpec()
@@ -176,6 +197,9 @@ class KubernetesLease(LeaseTerm):
                         self.token = self._renewed_version = None
                         return False
                     token = transitions if ours else transitions + 1
+                    # (a new term carries the last holder's record of the audit head, never this process's older one)
+                    head = (self.audit_head or _recorded_head(lease)) if ours else _recorded_head(lease)
+                    _annotate(lease, head)
                     spec.holderIdentity = self.me
                     spec.leaseDurationSeconds = self.duration_s
                     spec.renewTime = now_api
@@ -190,7 +214,7 @@ class KubernetesLease(LeaseTerm):
                 raise OSError(f"lease {self.namespace}/{self.name}: {exc.status.code} {exc.status.message}") from None
             except httpx2.HTTPError as exc:
                 raise OSError(f"lease {self.namespace}/{self.name}: {exc}") from None
-            self.token = token
+            self.token, self.audit_head = token, head
             self.renewed_until = sent_at + self.duration_s
             self._renewed_version = written.metadata.resourceVersion if written.metadata else None
             if self._watch is not None:
@@ -221,6 +245,7 @@ class KubernetesLease(LeaseTerm):
                 lease = self._get()
                 if lease is not None and lease.spec is not None and lease.spec.holderIdentity == self.me:
                     lease.spec.holderIdentity = None
+                    _annotate(lease, self.audit_head)
                     self.client.replace(lease)
             except (ApiError, httpx2.HTTPError):
                 pass  # it runs out by itself

@@ -204,10 +204,21 @@ class Leadership:
         state.leading_since = self.clock()
         # The log read afresh (its predecessor may have written after its last save) and its chain checked against
         # the head the state recorded: a cut or edited log is found here, at every takeover, not adopted.
-        recorded = AuditHead(state.audit_seq, state.audit_hash)
-        problems = self.audit.resume(recorded)
+        # And against the head the lease records, as the last leader saved it (carried over when this controller
+        # took the lease): a record outside the log and the state, so that deleting or cutting both is seen too.
+        recorded, anchor = AuditHead(state.audit_seq, state.audit_hash), self.lease.audit_head
+        outside = (AuditHead(anchor.seq, anchor.hash), anchor.mac) if anchor is not None else None
+        problems = self.audit.resume(recorded, outside)
+        cut_below_lease = bool(problems) and problems[0].startswith("the lease records")
         if (moved := head_record_problem(recorded, state.audit_head_mac, self.audit.key)) is not None:
             problems.insert(0, moved)  # (a tail cut with the state pointed at the last entry kept: seen only here)
+        if cut_below_lease and anchor is not None and state.audit_seq == 0 and not term.store.exists():
+            # The log and the state both gone (or the log cut and the state removed): what was done is lost with
+            # them. Lead nothing until a person restores the state (or accepts the loss: a restore from nothing).
+            where = self.documents.describe(term.store.name)
+            raise StateError(f"controller state {where} is missing and the audit log does not hold the head the "
+                             f"lease records (seq {anchor.seq}): both were removed or cut; check the log (ha-ops "
+                             "audit verify), then restore the state (ha-ops controller state restore)")  # fmt: skip
         if state.audit_seq == 0 and (logged := self.audit.head_as_written().seq) > 0 and not term.store.exists():
             # No state, but a log of past actions: the state was removed, not never written. Forgetting what was
             # done (nodes out of service, a fence under way) is worse than leading nothing until it is restored.

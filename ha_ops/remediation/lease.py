@@ -17,6 +17,11 @@ A torn or corrupt lease file is treated as free, but the token still only grows:
 and recorded in a high-water file beside the lease (`lease.token`), so a token of a deposed term is never issued
 again.
 
+The lease also carries the audit log's head (`audit_head`: seq, hash, and the audit key's HMAC over them), as the
+leader last saved it, carried over from holder to holder: a record of where the log ends outside the log and the
+state, so that deleting both is named at the next takeover and by `audit verify --config` (and a live leader writes
+it back at its next renewal).
+
 In a Slurm-only cluster the shared storage is the one holding Slurm's StateSaveLocation; a cluster with
 Kubernetes can use a coordination.k8s.io Lease with the same semantics (holderIdentity, leaseTransitions as token).
 """
@@ -55,10 +60,33 @@ class LeaseLost(HaOpsError):
 
 
 @dataclass(frozen=True)
+class RecordedHead:
+    """The audit log's head as a leader saved it (audit.AuditHead with the key's HMAC; "" without a key)."""
+
+    seq: int
+    hash: str
+    mac: str = ""
+
+    def as_json(self) -> dict[str, object]:
+        return {"seq": self.seq, "hash": self.hash, "mac": self.mac}
+
+    @classmethod
+    def from_json(cls, data: object) -> RecordedHead | None:
+        """None for a lease written before it carried the head (or a damaged one: a torn lease is free anyway)."""
+        if not isinstance(data, dict):
+            return None
+        seq, digest, mac = data.get("seq"), data.get("hash"), data.get("mac", "")
+        if type(seq) is not int or seq < 0 or not isinstance(digest, str) or not isinstance(mac, str):
+            return None
+        return cls(seq, digest, mac)
+
+
+@dataclass(frozen=True)
 class LeaseRecord:
     holder: str
     token: int
     expires_at: float
+    audit_head: RecordedHead | None = None
 
 
 class LeaderLease(Protocol):
@@ -68,6 +96,7 @@ class LeaderLease(Protocol):
     me: str
     token: int | None
     renewed_until: float
+    audit_head: RecordedHead | None  # written with every renewal; carried over from the last holder when taken
 
     def read(self) -> LeaseRecord | None: ...
 
@@ -125,6 +154,7 @@ class Lease(LeaseTerm):
         # Until when the last renewal holds, on this controller's own clock: past it, a leader whose renewals hang
         # (storage cut off with it) knows it no longer leads without reading anything.
         self.renewed_until = 0.0
+        self.audit_head: RecordedHead | None = None
         self._highest_seen = 0
         self._lock = _process_lock(self.directory)  # found once: resolving the path is I/O on shared storage
 
@@ -137,7 +167,8 @@ class Lease(LeaseTerm):
     def read(self) -> LeaseRecord | None:
         try:
             data = json.loads(self.path.read_text())
-            return LeaseRecord(str(data["holder"]), int(data["token"]), float(data["expires_at"]))
+            return LeaseRecord(str(data["holder"]), int(data["token"]), float(data["expires_at"]),
+                               RecordedHead.from_json(data.get("audit_head")))  # fmt: skip
         except FileNotFoundError:
             return None
         except (OSError, ValueError, KeyError, TypeError):
@@ -204,20 +235,22 @@ class Lease(LeaseTerm):
                 and record.expires_at > now
                 and not self._claimed(record.token + 1)
             ):
-                token = record.token
+                token, head = record.token, self.audit_head or record.audit_head
             elif only is not None:
                 self.token = None
                 return False
             else:
-                token = self._highest_token(record) + 1
+                # A new term carries the last holder's record of the audit head (never this process's older one)
+                token, head = self._highest_token(record) + 1, record.audit_head if record is not None else None
                 self._highest_seen = max(self._highest_seen, token)
                 if not self._claim(token):  # another controller claimed this term first
                     self.token = None
                     return False
                 write_atomic(self.high_water_path, str(token))  # before the lease names it
                 self._forget_old_claims(token)
-            write_atomic(self.path, json.dumps({"holder": self.me, "token": token, "expires_at": now + self.ttl_s}))
-            self.token = token
+            write_atomic(self.path, json.dumps({"holder": self.me, "token": token, "expires_at": now + self.ttl_s,
+                                                **_head_field(head)}))  # fmt: skip
+            self.token, self.audit_head = token, head
             self.renewed_until = now + self.ttl_s
             return True
 
@@ -244,6 +277,12 @@ class Lease(LeaseTerm):
         with self._locked():
             record = self.read()
             if record is not None and record.holder == self.me:
-                write_atomic(self.path, json.dumps({"holder": "", "token": record.token, "expires_at": 0}))
+                head = self.audit_head or record.audit_head
+                write_atomic(self.path, json.dumps({"holder": "", "token": record.token, "expires_at": 0,
+                                                    **_head_field(head)}))  # fmt: skip
             self.token = None
             self.renewed_until = 0.0
+
+
+def _head_field(head: RecordedHead | None) -> dict[str, object]:
+    return {"audit_head": head.as_json()} if head is not None else {}

@@ -26,7 +26,7 @@ from typing import Any
 from ha_ops.errors import HaOpsError, SpecError
 from ha_ops.remediation.audit import GENESIS, MAC, AuditHead, AuditLog, head_mac, readable_entries, verify_text
 from ha_ops.remediation.documents import Documents
-from ha_ops.remediation.lease import LeaderLease
+from ha_ops.remediation.lease import LeaderLease, RecordedHead
 from ha_ops.remediation.model import ControllerState
 from ha_ops.remediation.replay import replay
 from ha_ops.remediation.snapshots import Snapshot, SnapshotError, read_all, shard_records
@@ -318,6 +318,10 @@ def apply(
         for name, text in whole_documents(the_plan.state, documents):  # (the core last; each write fenced)
             with lease.fenced(token):
                 documents.write(name, text)
+        # The lease's record of the audit head follows the state restored (written as the lease is released): a
+        # person restored it, after a cut that left the log short of the old record.
+        state = the_plan.state
+        lease.audit_head = RecordedHead(state.audit_seq, state.audit_hash, state.audit_head_mac)
     finally:
         lease.release()
     return {**the_plan.describe(), "state": documents.describe(STATE),

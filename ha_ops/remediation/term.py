@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 
 from ha_ops.remediation import policy
 from ha_ops.remediation.audit import AuditLog, Prepared, head_mac
-from ha_ops.remediation.lease import LeaderLease, LeaseLost
+from ha_ops.remediation.lease import LeaderLease, LeaseLost, RecordedHead
 from ha_ops.remediation.model import ControllerState, Intent
 from ha_ops.remediation.node_records import NodeWriter, Stored
 from ha_ops.remediation.snapshots import SnapshotRing
@@ -42,6 +42,7 @@ class Snapshot(NamedTuple):
     intents_below: int
     compact: dict[str, str] | None = None
     preload: dict[str, str] | None = None  # records stored nowhere yet: into their shards before this core
+    head: RecordedHead | None = None  # the audit head this state records, for the lease once the state is written
 
 
 def intent_number(intent: Intent) -> int:
@@ -157,6 +158,7 @@ class Term:
         self.state.audit_seq, self.state.audit_hash = head.seq, head.hash
         key = self.audit_log.key
         self.state.audit_head_mac = head_mac(head, key) if key is not None else ""
+        recorded = RecordedHead(head.seq, head.hash, self.state.audit_head_mac)
         self.nodes.collect(self.state)  # (only the records that changed: a heartbeat's freshness is not written)
         snapshot = core_text(self.state, self.nodes.journal_json())
         compact = dict(self.nodes.journal) if self.nodes.due() else None
@@ -167,7 +169,7 @@ class Term:
             return None
         self._snapshots += 1
         return Snapshot(self._snapshots, snapshot, self.token, self._decisions, self.state.next_intent, compact,
-                        preload)  # fmt: skip
+                        preload, recorded)  # fmt: skip
 
     def _write(self, snap: Snapshot | None) -> None:
         """Write the audit entries chained so far, then the snapshot unless a later one was written meanwhile
@@ -181,6 +183,8 @@ class Term:
                 if snap.preload is not None:
                     self._preload(snap)
                 self.store.save_text(snap.text, snap.token)
+                if snap.head is not None:  # (the lease's next renewal carries it: a record outside the log and state)
+                    self.lease.audit_head = snap.head
                 self._written, self._saved = snap.seq, snap.text
                 self._committed = max(self._committed, snap.decisions)
                 self._durable_below = max(self._durable_below, snap.intents_below)

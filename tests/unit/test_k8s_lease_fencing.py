@@ -3,6 +3,7 @@ lease as read after it began, and neither a check nor the fenced write holds bac
 
 from __future__ import annotations
 
+import json
 import queue
 import threading
 import time
@@ -238,3 +239,33 @@ def test_a_renewal_renews_only_the_lease_held_and_never_takes_one(holder: str) -
     api.holder, api.token = holder, 5 if holder else 4
     assert lease.renew(4) is False and lease.token is None
     assert api.writes == [("ctl1", 4)]  # nothing written: taking it is the lease step's, as a new term
+
+
+def test_the_kubernetes_lease_carries_the_audit_head_as_an_annotation() -> None:
+    from ha_ops.remediation.k8s_lease import AUDIT_HEAD
+    from ha_ops.remediation.lease import RecordedHead
+
+    class Annotated(LeaseApi):
+        annotations: dict[str, str] = {}
+
+        def get(self, *_: Any, **__: Any) -> LeaseObject:
+            lease = super().get()
+            assert lease.metadata is not None
+            lease.metadata.annotations = dict(self.annotations)
+            return lease
+
+        def replace(self, lease: LeaseObject) -> LeaseObject:
+            assert lease.metadata is not None
+            self.annotations = dict(lease.metadata.annotations or {})
+            return super().replace(lease)
+
+    api = Annotated("ctl1", 4)
+    lease = holding(api)
+    lease.audit_head = RecordedHead(12, "h12", "m12")
+    assert lease.renew(4)
+    assert json.loads(api.annotations[AUDIT_HEAD]) == {"seq": 12, "hash": "h12", "mac": "m12"}
+    assert lease.read().audit_head == RecordedHead(12, "h12", "m12")  # type: ignore[union-attr]
+    other = KubernetesLease(api, "l", "ns", me="ctl2")  # type: ignore[arg-type]
+    api.holder = ""  # released: ctl2's new term carries ctl1's record
+    assert other.acquire_or_renew() and other.audit_head == RecordedHead(12, "h12", "m12")
+    assert json.loads(api.annotations[AUDIT_HEAD])["seq"] == 12

@@ -189,6 +189,7 @@ def test_shards_left_beside_no_state_are_not_adopted(tmp_path: Path) -> None:
     (rig.dir / "state.json").unlink()
     (rig.dir / "audit.jsonl").unlink()  # a history removed whole (the lab's reset): a fresh start
     rig.c.lease.release()
+    (rig.dir / "lease.json").unlink()  # (whole: the lease's record of the audit head too)
     fresh = Rig(tmp_path, "ctl2", rig.clock)
     fresh.clock.now += 5.0
     fresh.c.lease_step()

@@ -38,6 +38,7 @@ from ha_ops.remediation.store import load_state, read_state
 from ha_ops.schedulers.slurm import SlurmJob
 from ha_ops.util.proc import CommandResult
 from ha_ops.util.wait import wait_for
+from tests.unit.cli_helpers import run_main
 
 EPISODE = [
     ("drain", "n1"), ("spare_in", "s1"), ("requeue_jobs", "n1"), ("reset_gpu", "n1"), ("validate", "n1"),
@@ -700,7 +701,8 @@ def test_a_takeover_finds_a_cut_audit_log_and_goes_on_from_the_states_head(tmp_p
     b.c.lease_step()
     assert b.c.is_leader
     state = b.state()
-    assert state.audit_problems and f"records seq {len(EPISODE)} but the log ends at seq 2" in state.audit_problems[0]
+    said = f"the controller's state records seq {len(EPISODE)} but the log ends at seq 2"
+    assert any(said in p for p in state.audit_problems), state.audit_problems
     broken = b.audit()[-1]
     assert broken["what"] == "audit_chain_broken" and broken["who"] == "ctl2 (token 2)"
     assert (broken["seq"], broken["prev"]) == (len(EPISODE) + 1, recorded.audit_hash)  # not adopted from the log
@@ -963,6 +965,70 @@ def test_a_state_removed_while_the_audit_log_holds_actions_blocks_the_takeover(t
     assert not second.c.is_leader
     blocked = second.c.describe()["blocked"]
     assert blocked["reason"] == "state" and "is missing while the audit log holds" in blocked["error"], blocked
+
+
+@pytest.mark.parametrize("keyed", [True, False])
+def test_the_log_and_the_state_deleted_together_are_named_by_the_lease_and_block_the_takeover(
+    tmp_path: Path, keyed: bool, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """Issue 44, finding 5: with the log and the state both gone, nothing of them is left to compare; the lease
+    records the audit head as the last leader saved it (carried from holder to holder), so the next leader refuses
+    to lead (blocked: HaOpsRemediationBlocked) until a person restores the state."""
+    (tmp_path / "key").write_bytes(b"s" * 32)
+    clock = Clock()
+    update = {"audit_key_file": tmp_path / "key"} if keyed else None
+    first, second = Rig(tmp_path, "ctl1", clock, update=update), Rig(tmp_path, "ctl2", clock, update=update)
+    first.c.lease_step()
+    first.c.handle_report(report())
+    first.step(ticks=8)
+    logged = first.state().audit_seq
+    assert logged > 0
+    first.step(seconds=1.0, ticks=2)  # (renewing: the lease carries the head saved)
+    recorded = json.loads((first.dir / "lease.json").read_text())["audit_head"]
+    assert recorded["seq"] == logged and bool(recorded["mac"]) is keyed
+    first.c.stop()
+    first.c.lease.release()
+    (first.dir / "state.json").unlink()
+    (first.dir / "audit.jsonl").unlink()
+    second.c.lease_step()
+    assert not second.c.is_leader
+    blocked = second.c.describe()["blocked"]
+    assert blocked["reason"] == "state", blocked
+    assert f"does not hold the head the lease records (seq {logged})" in blocked["error"], blocked
+    assert json.loads((first.dir / "lease.json").read_text())["audit_head"]["seq"] == logged  # kept for the next
+    # A person looks (audit verify names it too), then restores: from nothing here, the loss accepted and audited.
+    key = ["--audit-key-file", str(tmp_path / "key")] if keyed else []
+    argv = ["controller", "state", "restore", "--state-dir", str(first.dir), "--rebuild-from-audit", *key]
+    assert run_main(monkeypatch, *argv) == 0, capsys.readouterr()
+    assert json.loads((first.dir / "lease.json").read_text())["audit_head"]["seq"] == 0  # the state restored
+    clock.now += 1.0
+    second.c.lease_step()
+    assert second.c.is_leader and second.c.describe()["blocked"] is None
+
+
+def test_a_takeover_names_a_log_cut_below_the_head_the_lease_records(tmp_path: Path) -> None:
+    """The log's tail cut and the state rewound with it (an older state.json put back): the chain and the state
+    agree, the lease's record does not."""
+    (tmp_path / "key").write_bytes(b"s" * 32)
+    clock = Clock()
+    keyed = {"audit_key_file": tmp_path / "key"}
+    a, b = Rig(tmp_path, "ctl1", clock, update=keyed), Rig(tmp_path, "ctl2", clock, update=keyed)
+    a.c.lease_step()
+    b.c.lease_step()
+    early = (a.dir / "state.json").read_text()  # at seq 0, as the takeover wrote it
+    a.c.handle_report(report())
+    a.step(ticks=8)
+    a.step(seconds=1.0, ticks=2)
+    logged = a.state().audit_seq
+    (a.dir / "audit.jsonl").write_text("")  # every entry cut, and the state put back to before them
+    (a.dir / "state.json").write_text(early)
+    clock.now += 3.0
+    b.c.lease_step()
+    assert b.c.is_leader
+    problems = b.state().audit_problems
+    assert problems and f"the lease records the audit head at seq {logged}" in problems[0], problems
+    broken = b.audit()[-1]
+    assert broken["what"] == "audit_chain_broken" and broken["seq"] == logged + 1  # chained past the cut, visible
 
 
 def test_a_leader_killed_between_its_first_audit_and_the_next_save_is_succeeded(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from ha_ops.remediation.documents import DirectoryDocuments
-from ha_ops.remediation.lease import Lease, LeaseLost
+from ha_ops.remediation.lease import Lease, LeaseLost, RecordedHead
 from ha_ops.remediation.model import ControllerState, NodeRecord
 from ha_ops.remediation.store import StateError, StateStore, read_state
 
@@ -70,6 +70,26 @@ def test_expiry_lets_the_other_take_over_with_a_new_token(tmp_path: Path, clock:
     clock.now += 3.0
     assert a.acquire_or_renew() and a.token == 3  # every change of holder: +1
     assert on_disk(tmp_path)["holder"] == "ctl1"
+
+
+def test_the_lease_carries_the_audit_head_from_holder_to_holder(tmp_path: Path, clock: Clock) -> None:
+    """Issue 44, finding 5: a record of where the audit log ends outside the log and the state. Each renewal writes
+    the holder's latest; a new term carries the last holder's, never the taker's own older one; a release keeps it."""
+    a, b = pair(tmp_path, clock)
+    a.acquire_or_renew()
+    assert "audit_head" not in on_disk(tmp_path)  # (nothing saved yet)
+    a.audit_head = RecordedHead(7, "h7", "m7")
+    clock.now += 1.0
+    assert a.renew(1)
+    assert on_disk(tmp_path)["audit_head"] == {"seq": 7, "hash": "h7", "mac": "m7"}
+    clock.now += 3.0  # a stops; b's term carries a's record
+    assert b.acquire_or_renew() and b.audit_head == RecordedHead(7, "h7", "m7")
+    b.audit_head = RecordedHead(9, "h9", "m9")
+    b.release()
+    assert on_disk(tmp_path)["audit_head"]["seq"] == 9 and b.read().audit_head == RecordedHead(9, "h9", "m9")  # type: ignore[union-attr]
+    assert a.acquire_or_renew() and a.audit_head == RecordedHead(9, "h9", "m9")  # not its own older seq 7
+    (tmp_path / "lease.json").write_text(json.dumps(on_disk(tmp_path) | {"audit_head": {"seq": "x"}}))
+    assert a.read().audit_head is None  # type: ignore[union-attr]  # (damaged: as a lease from before it)
 
 
 def test_a_restarted_process_with_the_same_name_gets_a_new_token(tmp_path: Path, clock: Clock) -> None:
