@@ -47,6 +47,7 @@ RUNBOOKS: dict[str, str] = {
     "HaOpsRemediationControllerDown": "remediation-controller-failure.md",
     "HaOpsNoRemediationLeader": "remediation-controller-failure.md",
     "HaOpsRemediationBlocked": "remediation-controller-failure.md",
+    "HaOpsAuditLogNotIntact": "remediation-controller-failure.md",
     "HaOpsFabricLinkDown": "fabric-link-failure.md",  # a host's fabric port: the leaf-spine runbook is the closest
     "HaOpsFabricBondDegraded": "fabric-link-failure.md",
 }
@@ -174,6 +175,17 @@ def lab_group(runbook_base: str = RUNBOOK_BASE) -> dict[str, Any]:
                 "outside); it is refused rather than forget what was done, and retried at every lease step. Until "
                 "then faulty GPU nodes are drained only by their agents' fallback and nothing is repaired. Restore "
                 "it with ha-ops controller state restore.",
+                b,
+            ),
+            _rule(
+                "HaOpsAuditLogNotIntact",
+                "ha_ops_audit_intact == 0",
+                "critical",
+                "the remediation audit log was cut or changed ({{ $labels.id }} found it when it took over)",
+                "Remediation controller {{ $labels.id }} found the audit log short of the head its state or the "
+                "lease records, or an entry changed, when it took over. It leads on, the break kept in the log as "
+                "an audit_chain_broken entry; what was done before the break may be lost. See ha-ops controller "
+                "status (audit problems), ha-ops audit verify --config, and the audit sink's copy.",
                 b,
             ),
         ],

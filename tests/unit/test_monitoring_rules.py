@@ -46,7 +46,7 @@ CLUSTER_ALERTS = {
 LAB_ALERTS = [
     "HaOpsScrapeTargetDown", "HaOpsGpuNodeUnhealthy", "HaOpsStorageMasterDown", "HaOpsStorageUnderReplicated",
     "HaOpsStorageMissingChunks", "HaOpsRemediationBreakerOpen", "HaOpsNodeNeedsReplacement", "HaOpsGpuNodeDegraded",
-    "HaOpsRemediationBlocked",
+    "HaOpsRemediationBlocked", "HaOpsAuditLogNotIntact",
 ]  # fmt: skip
 
 
