@@ -120,14 +120,7 @@ class Leadership:
             return None
         if self.clock() - self.renewed_at < self.config.lease_renew_s:
             return self.lease.current()
-        try:
-            renewed = self.lease.renew(token)
-        except OSError as exc:
-            log.error("lease: shared storage error: %s", exc)
-            return False
-        if renewed:
-            self.renewed_at = self.clock()
-        return renewed
+        return self._leads(lambda: self.lease.renew(token))
 
     def step(self) -> None:
         self._step()
@@ -166,8 +159,13 @@ class Leadership:
                 term.end()
 
     def _acquire_or_renew(self) -> bool:
+        return self._leads(self.lease.acquire_or_renew)
+
+    def _leads(self, attempt: Callable[[], bool]) -> bool:
+        """A call on the lease: True while this controller leads (the renewal noted); a storage error is a lost
+        renewal, logged."""
         try:
-            leading = self.lease.acquire_or_renew()
+            leading = attempt()
         except OSError as exc:
             log.error("lease: shared storage error: %s", exc)
             return False

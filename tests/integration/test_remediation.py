@@ -18,7 +18,7 @@ from ha_ops.chaos import workload
 from ha_ops.checkpoint.reference_job import parse_event
 from ha_ops.lab import monitoring
 from ha_ops.lab.cluster import Lab
-from ha_ops.lab.controllers import audit_key_path, state_dir
+from ha_ops.lab.controllers import audit_key_path, config_path, state_dir
 from ha_ops.remediation.store import read_state
 from ha_ops.schedulers.slurm import Slurm
 from ha_ops.util.wait import wait_for
@@ -454,6 +454,45 @@ def test_audit_verify_detects_a_changed_a_removed_and_a_rechained_line(lab: Lab,
         assert phrase in result.stderr, result.stderr
     intact = audit_verify(lab)
     assert intact.returncode == 0, intact.stderr
+
+
+def test_the_audit_log_and_the_state_deleted_together_are_named_and_block_the_next_leader(lab: Lab) -> None:
+    """Issue 44, finding 5, in the lab: before, deleting both left "0 entries, chain intact" and a fresh start. The
+    lease records the audit head (as the leader last saved it), so `audit verify --config` names the cut, the next
+    leader leads nothing (HaOpsRemediationBlocked) until a person restores the state, and then leads."""
+    first = leader(lab)
+    assert first is not None
+    other = next(n for n in controller_nodes(lab) if n != first)
+    directory, key = state_dir(lab.ctx), str(audit_key_path(lab.ctx, "ctl1"))
+    window = json.dumps({"nodes": ["gpu2"], "reason": "issue 44", "ttl_s": 3600}).encode()
+    assert call_controller(lab, first, "/v1/maintenance", window)[0] == 200  # (audited)
+
+    def recorded_seq() -> int:
+        head = json.loads((directory / "lease.json").read_text()).get("audit_head") or {}
+        return int(head.get("seq", 0))
+
+    seq = wait_for("the lease recording the audit head", recorded_seq, timeout=20, interval=0.2)
+    lab.node(first).kill("controller")
+    (directory / "audit.jsonl").unlink()
+    (directory / "state.json").unlink()
+    verify = subprocess.run([sys.executable, "-m", "ha_ops", "audit", "verify", "--config",
+                             str(config_path(lab.ctx, other))], capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert verify.returncode == 1 and f"the lease records the audit head at seq {seq}" in verify.stderr, verify.stderr
+
+    def blocked_alert() -> list[dict]:
+        _, body = monitoring.request(lab.ctx, "prometheus", "/api/v1/alerts")
+        return [a for a in json.loads(body)["data"]["alerts"]
+                if a["labels"]["alertname"] == "HaOpsRemediationBlocked" and a["state"] == "firing"]  # fmt: skip
+
+    [alert] = wait_for("HaOpsRemediationBlocked firing", blocked_alert, timeout=60, interval=0.5)
+    assert alert["labels"]["id"] == other and leader(lab) is None
+    done = subprocess.run([sys.executable, "-m", "ha_ops", "controller", "state", "restore", "--rebuild-from-audit",
+                           "--state-dir", str(directory), "--audit-key-file", key],
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    wait_for(f"{other} leads", lambda: leader(lab) == other, timeout=15, interval=0.2)
+    assert [e["what"] for e in audit_entries(lab)][:1] == ["state_restore"]  # the loss accepted, audited
+    lab.node(first).start("controller")
 
 
 def test_a_damaged_state_is_alerted_and_restored_from_a_snapshot_with_every_node_as_it_was(

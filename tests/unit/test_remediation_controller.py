@@ -684,13 +684,19 @@ def test_a_primary_fenced_over_ssh_is_followed_by_the_takeover_at_once(tmp_path:
     assert (took["node"], took["why"], took["after"]) == ("ctl2", "ctl1 was fenced over ssh", "told to take control")
 
 
-def test_a_takeover_finds_a_cut_audit_log_and_goes_on_from_the_states_head(tmp_path: Path) -> None:
-    (tmp_path / "key").write_bytes(b"s" * 32)  # (beside the shared folder, not on it)
+def keyed_pair(tmp_path: Path) -> tuple[Clock, Rig, Rig]:
+    """Two controllers with the audit key (beside the shared folder, not on it): ctl1 leads, ctl2 stands by."""
+    (tmp_path / "key").write_bytes(b"s" * 32)
     clock = Clock()
     keyed = {"audit_key_file": tmp_path / "key"}
     a, b = Rig(tmp_path, "ctl1", clock, update=keyed), Rig(tmp_path, "ctl2", clock, update=keyed)
     a.c.lease_step()
     b.c.lease_step()
+    return clock, a, b
+
+
+def test_a_takeover_finds_a_cut_audit_log_and_goes_on_from_the_states_head(tmp_path: Path) -> None:
+    clock, a, b = keyed_pair(tmp_path)
     a.c.handle_report(report())
     a.step(ticks=8)  # the episode, audited (keyed)
     recorded = a.state()
@@ -714,12 +720,7 @@ def test_a_takeover_finds_a_cut_audit_log_and_goes_on_from_the_states_head(tmp_p
 def test_a_takeover_finds_a_tail_cut_hidden_by_moving_the_states_head(tmp_path: Path) -> None:
     """Issue 44, finding 5: the log's tail cut and state.json's audit head pointed at the last entry kept. The chain
     is whole and matches that head; only the audit key's HMAC over the head (which the cutter lacks) tells."""
-    (tmp_path / "key").write_bytes(b"s" * 32)
-    clock = Clock()
-    keyed = {"audit_key_file": tmp_path / "key"}
-    a, b = Rig(tmp_path, "ctl1", clock, update=keyed), Rig(tmp_path, "ctl2", clock, update=keyed)
-    a.c.lease_step()
-    b.c.lease_step()
+    clock, a, b = keyed_pair(tmp_path)
     a.c.handle_report(report())
     a.step(ticks=8)
     assert a.state().audit_head_mac  # (keyed at every save)
@@ -1009,12 +1010,7 @@ def test_the_log_and_the_state_deleted_together_are_named_by_the_lease_and_block
 def test_a_takeover_names_a_log_cut_below_the_head_the_lease_records(tmp_path: Path) -> None:
     """The log's tail cut and the state rewound with it (an older state.json put back): the chain and the state
     agree, the lease's record does not."""
-    (tmp_path / "key").write_bytes(b"s" * 32)
-    clock = Clock()
-    keyed = {"audit_key_file": tmp_path / "key"}
-    a, b = Rig(tmp_path, "ctl1", clock, update=keyed), Rig(tmp_path, "ctl2", clock, update=keyed)
-    a.c.lease_step()
-    b.c.lease_step()
+    clock, a, b = keyed_pair(tmp_path)
     early = (a.dir / "state.json").read_text()  # at seq 0, as the takeover wrote it
     a.c.handle_report(report())
     a.step(ticks=8)
