@@ -3,11 +3,12 @@ and the limits; loaded from YAML under chaos/gamedays/ with experiments named re
 
 from __future__ import annotations
 
+import inspect
 import logging
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import BeforeValidator, Field, field_validator
+from pydantic import BeforeValidator, Field, field_validator, model_validator
 
 from ha_ops.chaos import probes
 from ha_ops.chaos.workload import Workload
@@ -39,6 +40,16 @@ class Condition(ConfigModel):
         if probe not in probes.__all__:
             raise ValueError(f"{probe!r} is not one of {', '.join(probes.__all__)}")
         return probe
+
+    @model_validator(mode="after")
+    def _arguments_the_probe_takes(self) -> Condition:
+        """Arguments the probe cannot take are refused here: at run time the probe's TypeError read as "not yet",
+        and the check waited its whole time for nothing."""
+        try:
+            inspect.signature(getattr(probes, self.probe)).bind(**self.arguments, configuration=None)
+        except TypeError as exc:
+            raise ValueError(f"arguments: {self.probe} cannot take {self.arguments}: {exc}") from None
+        return self
 
     def value(self, configuration: dict[str, Any]) -> Any:
         value = getattr(probes, self.probe)(**self.arguments, configuration=configuration)

@@ -156,3 +156,27 @@ def test_a_runbook_command_that_cannot_be_filled_is_refused_when_it_loads(tmp_pa
     assert any(why in p for p in refused.value.problems), refused.value.problems
     for fine in ("{ssh:ctl1} systemctl start slurmctld", "{ha_ops} controller status {target}", "awk '{{print $1}}'"):
         assert template_problem(fine) is None, fine
+
+
+@pytest.mark.parametrize(
+    ("arguments", "why"),
+    [({"nod": "gpu1"}, "missing a required argument: 'node'"),
+     ({"node": "gpu1", "colour": "red"}, "unexpected keyword argument 'colour'"),
+     ({}, "missing a required argument: 'node'")],
+)  # fmt: skip
+def test_probe_arguments_the_probe_cannot_take_are_refused_when_the_plan_loads(
+    tmp_path: Path, arguments: dict[str, Any], why: str
+) -> None:
+    """Before: the probe's TypeError at run time read as "not yet", and the check waited out its time for nothing."""
+    from ha_ops.chaos.plan import load_plan
+    from tests.labkit import REPO
+
+    plan = yaml.safe_load((REPO / "chaos/gamedays/gpu.yaml").read_text())
+    fault = plan["faults"][0]
+    fault["experiment"] = str(REPO / "chaos" / fault["experiment"].removeprefix("../"))
+    fault["detect"] = {"probe": "controller_phase", "arguments": arguments, "equals": "healthy", "negate": True}
+    path = tmp_path / "plan.yaml"
+    path.write_text(yaml.safe_dump(plan))
+    with pytest.raises(SpecError) as refused:
+        load_plan(path)
+    assert any(p.startswith("faults[0].detect") and why in p for p in refused.value.problems), refused.value.problems
