@@ -26,7 +26,7 @@ from typing import Any
 from ha_ops.errors import HaOpsError, SpecError
 from ha_ops.remediation.audit import GENESIS, MAC, AuditHead, AuditLog, head_mac, readable_entries, verify_text
 from ha_ops.remediation.documents import Documents
-from ha_ops.remediation.lease import LeaderLease, RecordedHead
+from ha_ops.remediation.lease import LeaderLease, LeaseLost, RecordedHead
 from ha_ops.remediation.model import ControllerState
 from ha_ops.remediation.replay import replay
 from ha_ops.remediation.snapshots import Snapshot, SnapshotError, read_all, shard_records
@@ -43,6 +43,10 @@ from ha_ops.util.parsing import parse_json
 STATE = "state.json"
 RESTORED = "state_restore"  # the restore's own audit entry: no action, so a state before it forgets nothing
 LEASE_WAIT_S = 2.0  # a controller that cannot load the state holds the lease for moments, once a lease step
+# How long a term just taken must stand before the restore writes under it. A blocked controller that read the lease
+# free at the same moment claims the next term (claims give distinct terms, and the later one wins): seen in the lab,
+# the restore's term 9 ended by a controller's claim of 10 before its first write (1 run in 17).
+TERM_SETTLE_S = 0.5
 
 
 class RestoreRefused(HaOpsError):
@@ -264,8 +268,13 @@ def take_lease(lease: LeaderLease, clock: Callable[[], float], sleep: Callable[[
     Tried for LEASE_WAIT_S: a controller that cannot load the state holds it for moments at each lease step."""
     deadline = clock() + LEASE_WAIT_S
     while True:
-        if lease.acquire_or_renew() and lease.token is not None:
-            return lease.token
+        if lease.acquire_or_renew() and (token := lease.token) is not None:
+            sleep(TERM_SETTLE_S)
+            try:
+                lease.check(token)  # (no later term claimed meanwhile: the racer's term ends as it fails to load)
+                return token
+            except LeaseLost:
+                pass
         if clock() >= deadline:
             break
         sleep(0.1)

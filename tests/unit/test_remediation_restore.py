@@ -142,6 +142,31 @@ def test_while_a_controller_holds_the_lease_nothing_is_restored(h: History) -> N
     assert h.files() == before
 
 
+def test_a_term_a_racing_controller_supersedes_at_once_is_given_up_and_the_next_taken(h: History) -> None:
+    """Seen in the lab (1 run in 17): a blocked controller read the lease free at the moment the restore took it,
+    and claimed the next term before the restore's first write (claims give distinct terms; the later one wins).
+    The restore lets its term settle, finds it superseded, and takes the lease again."""
+    clock = h.rig.clock
+    lease = restore_lease(h)
+    take, raced = lease.acquire_or_renew, []
+
+    def taken_and_raced() -> bool:
+        won = take()
+        if won and not raced:  # the racer's claim of the next term, made as it read the lease free
+            (h.dir / "terms" / str(lease.token + 1)).write_text('{"holder": "ctl2"}')  # type: ignore[operator]
+            raced.append(lease.token)
+        return won
+
+    lease.acquire_or_renew = taken_and_raced  # type: ignore[method-assign]
+
+    def sleep(seconds: float) -> None:
+        clock.now += seconds
+
+    done = apply(plan(h.docs, chain(h)), h.docs, lease, KEY, clock, sleep)
+    assert raced and done["source"] == h.at_head.id
+    assert restored(h)
+
+
 def test_an_audit_log_that_does_not_verify_refuses_every_restore(h: History) -> None:
     with pytest.raises(SpecError, match="the audit log's entries are keyed: give the audit key"):
         plan(h.docs, chain(h, key=None))  # (bad input: exit 2, naming --audit-key-file)
