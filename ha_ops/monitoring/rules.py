@@ -183,9 +183,9 @@ def lab_group(runbook_base: str = RUNBOOK_BASE) -> dict[str, Any]:
                 "critical",
                 "the remediation audit log was cut or changed ({{ $labels.id }} found it when it took over)",
                 "Remediation controller {{ $labels.id }} found the audit log short of the head its state or the "
-                "lease records, or an entry changed, when it took over. It leads on, the break kept in the log as "
-                "an audit_chain_broken entry; what was done before the break may be lost. See ha-ops controller "
-                "status (audit problems), ha-ops audit verify --config, and the audit sink's copy.",
+                "lease records, or an entry changed, when it took over. It leads on, and the log keeps the break in an "
+                "entry of its own; what was done before it may be lost. See ha-ops controller status, ha-ops audit "
+                "verify --config, and the audit sink's copy.",
                 b,
             ),
         ],
