@@ -14,15 +14,7 @@ from rich.table import Table
 from ha_ops.cli import output
 from ha_ops.cli.controller_state import state_app
 from ha_ops.errors import SpecError
-from ha_ops.remediation.audit import (
-    AuditHead,
-    head_record_problem,
-    keyed_entries,
-    outside_record_problem,
-    read_key,
-    verify,
-    verify_text,
-)
+from ha_ops.remediation.audit import AuditHead, check_records, keyed_entries, read_key, verify, verify_text
 from ha_ops.remediation.audit_sink import compare, shipped_entries
 from ha_ops.remediation.client import ControllerRefused, call
 from ha_ops.remediation.config import ControllerConfig, load_controller_config
@@ -361,12 +353,8 @@ def audit_verify(
         problems = verify(Path(where), head, key)  # (why it cannot be read; none if the state says nothing was done)
     else:
         problems = []  # the local log is gone: the shipped copy stands alone
-    if head is not None and (moved := head_record_problem(head, head_mac, key)) is not None:
-        problems.insert(0, moved)  # (the state's record of the head moved without the key: a tail cut hidden)
-    if anchor is not None:
-        outside = AuditHead(anchor.seq, anchor.hash)
-        if (cut := outside_record_problem(text or "", outside, anchor.mac, key)) is not None:
-            problems.insert(0, cut)
+    if head is not None:  # the records of where the log ends: keyed, and the log holding the lease's
+        problems[:0] = check_records(text or "", RecordedHead(head.seq, head.hash, head_mac), anchor, key).problems
     entries = sum(1 for line in (text or "").splitlines() if line.strip())
     result: dict[str, Any] = {"file": where, "entries": entries}
     chain = ""  # (the shipped copy's entries, as a log)

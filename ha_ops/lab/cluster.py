@@ -3,6 +3,9 @@
 Every node, switch or host, is a network namespace plus a *holder* process that owns the node's hostname (UTS)
 and mount namespace: a private tmpfs on /run, the node's own folder at NODE_DIR and the lab's hosts file on
 /etc/hosts. Daemons and commands enter the holder's namespaces with nsenter, so each node has its own view.
+
+Over 400 lines because `up` and `down` are one ordered sequence over every part of the lab (each part's own module
+does the work); split, the order that makes them idempotent would be spread over files.
 """
 
 from __future__ import annotations

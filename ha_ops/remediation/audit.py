@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 from ha_ops.errors import SpecError
 from ha_ops.remediation.documents import DirectoryDocuments, Documents
+from ha_ops.remediation.lease import RecordedHead
 
 
 class Sink(Protocol):
@@ -79,34 +80,45 @@ def chain_hashes(text: str) -> dict[int, str]:
     return hashes
 
 
-def outside_record_problem(text: str, head: AuditHead, mac: str, key: bytes | None) -> str | None:
-    """What the log lacks of the head recorded outside it and the state (the lease's `audit_head`, as the last leader
-    saved it): a log that does not hold it was cut, with its state or without it. None: it holds it (or runs past)."""
-    if key is not None and mac and not hmac.compare_digest(mac, head_mac(head, key)):
-        return (f"the lease's record of the audit head (seq {head.seq}) carries an HMAC the audit key did not make: "
-                "it was edited")  # fmt: skip
-    hashes = chain_hashes(text)
-    if hashes.get(head.seq) == head.hash:
+def _forged(whose: str, record: RecordedHead, key: bytes | None) -> str | None:
+    head = AuditHead(record.seq, record.hash)
+    if key is None or not record.mac or hmac.compare_digest(record.mac, head_mac(head, key)):
         return None
-    end = max(hashes)
-    held = f"the log ends at seq {end}" if end < head.seq else "the log holds another entry there"
-    return (f"the lease records the audit head at seq {head.seq} as the last leader saved it, but {held}: the log "
-            "was cut or rewritten (and the state with it, where the state says less)")  # fmt: skip
+    return f"{whose} records the audit head (seq {record.seq}) with an HMAC the audit key did not make: it was edited"
 
 
-def head_record_problem(head: AuditHead, mac: str, key: bytes | None) -> str | None:
-    """What is wrong with the state's record of the audit head, checked with the audit key (None: nothing, or no key
-    to check with). A state at seq 0 without an HMAC is one nothing was audited in yet (or written before ha-ops
-    keyed the head): nothing to check there."""
-    if key is None or (head.seq == 0 and not mac):
-        return None
-    if not mac:
-        return (f"the controller's state records the audit head (seq {head.seq}) without the audit key's HMAC: "
-                "edited, or written before ha-ops keyed it (the next leader's save keys it)")  # fmt: skip
-    if not hmac.compare_digest(mac, head_mac(head, key)):
-        return (f"the controller's state records the audit head (seq {head.seq}) with an HMAC the audit key did not "
-                "make: its record of where the log ends was edited")  # fmt: skip
-    return None
+@dataclass(frozen=True)
+class RecordCheck:
+    problems: list[str]  # a record of the head edited (its HMAC not the key's), or the log cut below the lease's
+    lease_cut: bool  # the log does not hold the head the lease records (a record the key made, where keyed)
+
+
+def check_records(text: str, state: RecordedHead | None, lease: RecordedHead | None, key: bytes | None) -> RecordCheck:
+    """The records of where the log ends, checked with the audit key and against the log `text`: the state's (a
+    state at seq 0 without an HMAC is one nothing was audited in yet, or written before ha-ops keyed it) and the
+    lease's (as the last leader saved it, outside the log and the state: a log that does not hold it was cut, with
+    its state or without it)."""
+    problems = []
+    if state is None:
+        pass  # (no state's record to check: its HMAC was not given)
+    elif key is not None and state.seq > 0 and not state.mac:
+        problems.append(f"the controller's state records the audit head (seq {state.seq}) without the audit key's "
+                        "HMAC: edited, or written before ha-ops keyed it (the next leader's save keys it)")  # fmt: skip
+    elif (forged := _forged("the controller's state", state, key)) is not None:
+        problems.append(forged)
+    lease_cut = False
+    if lease is not None:
+        hashes = chain_hashes(text)
+        if (forged := _forged("the lease", lease, key)) is not None:
+            problems.append(forged)
+        elif hashes.get(lease.seq) != lease.hash:
+            end = max(hashes)
+            held = f"the log ends at seq {end}" if end < lease.seq else "the log holds another entry there"
+            problems.append(f"the lease records the audit head at seq {lease.seq} as the last leader saved it, but "
+                            f"{held}: the log was cut or rewritten (and the state with it, where the state says "
+                            "less)")  # fmt: skip
+            lease_cut = True
+    return RecordCheck(problems, lease_cut)
 
 
 @dataclass(frozen=True)
@@ -178,27 +190,29 @@ class AuditLog:
         self._load()
         return set(self._intents)
 
-    def resume(self, recorded: AuditHead, outside: tuple[AuditHead, str] | None = None) -> list[str]:
+    def resume(
+        self, recorded: AuditHead, mac: str | None = None, lease: RecordedHead | None = None
+    ) -> tuple[list[str], bool]:
         """At the start of a leader's term: check the chain against the head the state recorded (the key's HMACs too)
-        and against the head recorded outside the log and the state (`outside`: the lease's, with its HMAC), and
-        return the problems. Where the log does not hold the state's head (cut, or rewritten), the chain goes on from
-        the recorded head, not from the log's end, and from the lease's when that is further: no head is ever
-        overwritten from the log, and every later `audit verify` still shows the break where it was made."""
+        and the records of that head (check_records): the state's, with its HMAC `mac` (None: not checked), and the
+        lease's. Return the problems, and whether the log lacks the head the lease records. Where the log does not
+        hold the state's head (cut, or rewritten), the chain goes on from the recorded head, not from the log's end,
+        and from the lease's when that is further: no head is ever overwritten from the log, and every later `audit
+        verify` still shows the break where it was made."""
         text = self.text()
-        problems = verify_text(text, recorded, self.key)
-        cut = outside_record_problem(text, outside[0], outside[1], self.key) if outside is not None else None
+        chain = verify_text(text, recorded, self.key)
+        state = RecordedHead(recorded.seq, recorded.hash, mac) if mac is not None else None
+        check = check_records(text, state, lease, self.key)
         self._load()
         self._sole_writer = True
         self._prepared_head, self._prepared_intents = None, set()  # (a term's own)
-        if any(p.startswith("the controller's state records") for p in problems):
+        if any(p.startswith("the controller's state records seq") for p in chain):
             self._head = recorded
-        if cut is not None:
-            problems.insert(0, cut)
-            if outside is not None and outside[0].seq > self._head.seq and "HMAC" not in cut:
-                self._head = outside[0]
+        if check.lease_cut and lease is not None and lease.seq > self._head.seq:
+            self._head = AuditHead(lease.seq, lease.hash)
         if self.sink is not None:  # what the predecessor appended but may not have shipped
             self.sink.catch_up(self._entries())
-        return problems
+        return check.problems + chain, check.lease_cut
 
     def head_as_written(self) -> AuditHead:
         """The head as this process last read or wrote it, without asking the documents (a read of the whole log

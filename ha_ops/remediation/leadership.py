@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ha_ops.remediation import policy
-from ha_ops.remediation.audit import AuditHead, AuditLog, head_record_problem
+from ha_ops.remediation.audit import AuditHead, AuditLog
 from ha_ops.remediation.blocked import BlockedTracker, fresh_window
 from ha_ops.remediation.config import ControllerConfig
 from ha_ops.remediation.documents import Documents
@@ -204,12 +204,9 @@ class Leadership:
         # the head the state recorded: a cut or edited log is found here, at every takeover, not adopted.
         # And against the head the lease records, as the last leader saved it (carried over when this controller
         # took the lease): a record outside the log and the state, so that deleting or cutting both is seen too.
-        recorded, anchor = AuditHead(state.audit_seq, state.audit_hash), self.lease.audit_head
-        outside = (AuditHead(anchor.seq, anchor.hash), anchor.mac) if anchor is not None else None
-        problems = self.audit.resume(recorded, outside)
-        cut_below_lease = bool(problems) and problems[0].startswith("the lease records")
-        if (moved := head_record_problem(recorded, state.audit_head_mac, self.audit.key)) is not None:
-            problems.insert(0, moved)  # (a tail cut with the state pointed at the last entry kept: seen only here)
+        anchor = self.lease.audit_head
+        recorded = AuditHead(state.audit_seq, state.audit_hash)
+        problems, cut_below_lease = self.audit.resume(recorded, state.audit_head_mac, anchor)
         if cut_below_lease and anchor is not None and state.audit_seq == 0 and not term.store.exists():
             # The log and the state both gone (or the log cut and the state removed): what was done is lost with
             # them. Lead nothing until a person restores the state (or accepts the loss: a restore from nothing).

@@ -1,5 +1,8 @@
 """The rollout loop: waves of batches of nodes, each node driven through its persisted steps (state.py).
 
+Over 400 lines because a node's steps and their resumption after a kill -9 read as one state machine; the pure
+parts (the plan, the policy, the gates) live in their own modules.
+
 How it stays safe across a kill -9 at any point:
 - A node's step is written *before* the action it names, so a restarted executor re-enters that step. Scheduler
   actions are idempotent (protocols.py). The driver is different: before applying again, or rolling back, the

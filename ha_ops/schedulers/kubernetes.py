@@ -1,5 +1,8 @@
 """Kubernetes as the scheduler, behind the same calls as Slurm (schedulers/base.py), through lightkube.
 
+Over 400 lines because it is one adapter behind one protocol: every call of schedulers/base.py as Kubernetes does it
+(the watches and the node conditions are already modules of their own).
+
 Why lightkube (issue 19 compared it with the official `kubernetes` client, `kubernetes-asyncio` and `kr8s`): typed
 models generated per Kubernetes minor version, one small dependency tree (httpx, msgspec), a sync and an async
 client with the same calls (the 1,500-node benchmark drives the async one), HTTP/2 and kept-alive connections, and

@@ -336,7 +336,7 @@ def test_a_takeover_goes_on_from_the_states_head_when_the_log_was_cut(tmp_path: 
     head = keyed_log(path).head()
     put(path, lines(path)[:2])  # the tail cut off
     successor = AuditLog.at(path, KEY)
-    problems = successor.resume(head)
+    problems, _ = successor.resume(head)
     assert problems and "records seq 4 but the log ends at seq 2" in problems[0]
     successor.append(at=300.0, who="ctl2 (token 4)", what="audit_chain_broken", node=None, why=problems[0])
     after = [json.loads(line) for line in lines(path)]
@@ -350,7 +350,7 @@ def test_a_log_that_runs_past_the_states_head_is_intact(tmp_path: Path) -> None:
     log = keyed_log(path)
     recorded = log.head()
     log.append(at=200.0, who="ctl1 (token 3)", what="resume", node="n1", why="after the last save")
-    assert AuditLog.at(path, KEY).resume(recorded) == [] and verify(path, recorded, KEY) == []
+    assert AuditLog.at(path, KEY).resume(recorded)[0] == [] and verify(path, recorded, KEY) == []
 
 
 def test_an_audit_key_is_read_whole_and_refused_short_or_missing(tmp_path: Path) -> None:
@@ -388,7 +388,7 @@ def test_a_leader_appends_onto_the_head_it_wrote_without_reading_the_log_again(t
     write_log(tmp_path / "audit.jsonl", 2)
     docs = CountedReads(tmp_path)
     leader = AuditLog(docs)
-    assert leader.resume(AuditHead(2, leader.head().hash)) == []
+    assert leader.resume(AuditHead(2, leader.head().hash))[0] == []
     docs.reads = 0
     leader.append_many([{"at": 1.0, "who": "ctl2 (token 4)", "what": "drain", "node": f"n{i}"} for i in range(3)])
     leader.append(at=2.0, who="ctl2 (token 4)", what="resume", node="n0", why="validated")

@@ -817,7 +817,11 @@ def test_the_leaders_renewals_never_wait_for_the_lease_step_or_the_terms_lock(tm
     try:
         for _ in range(10):  # 10 s while the lock is held: the renewals go on, each due after lease_renew_s
             clock.now += 1
-            assert a.c.leadership.renew_if_due() is True
+            renewed: list[bool | None] = []
+            renewal = threading.Thread(target=lambda out=renewed: out.append(a.c.leadership.renew_if_due()))
+            renewal.start()
+            renewal.join(2.0)  # (a renewal that waited for the lock would still be waiting here)
+            assert renewed == [True]
             b.c.lease_step()
         assert a.c.lease.token == token and a.c.leadership.renewed_at == clock.now
         assert not b.c.is_leader
