@@ -14,9 +14,10 @@ from ha_ops.cli import output
 from ha_ops.cli.gpu import Backend
 from ha_ops.errors import SpecError
 from ha_ops.gpu import NoGpuError, open_backend
-from ha_ops.health.agent import Agent, HttpPoster
+from ha_ops.health.agent import Agent
 from ha_ops.health.config import AgentConfig, load_agent_config
 from ha_ops.health.model import HealthState, Verdict
+from ha_ops.health.poster import HttpPoster
 from ha_ops.schedulers.open import local_slurm
 from ha_ops.security.tls import CertificateContext, ReloadingContext
 

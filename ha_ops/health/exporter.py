@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -61,8 +62,10 @@ class AgentStats:
     sweep_seconds_sum: float = 0.0
     sweeps_timed: int = 0
     drained_by_agent: bool = False
+    last_sweep_at: float | None = None  # time.monotonic() at the end of the last sweep: the agent's /healthz
 
     def observe_sweep(self, seconds: float) -> None:
+        self.last_sweep_at = time.monotonic()
         for i, bound in enumerate(SWEEP_BUCKETS_S):
             if seconds <= bound:
                 self.sweep_buckets[i] += 1

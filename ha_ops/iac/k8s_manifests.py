@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from ha_ops.errors import SpecError
 from ha_ops.health.config import AgentConfig
+from ha_ops.iac.pod_security import looser, namespace_labels, problems_at
 from ha_ops.iac.policy import check_images
 from ha_ops.iac.violations import enforce
 from ha_ops.monitoring.rules import rules_yaml
@@ -52,6 +53,8 @@ ENROLL_PORT = 8801
 ENROLL_AUDIENCE = "ha-ops-controller"
 IMAGE_UID = 65532  # the image's user (scripts/image.sh): the Secret's files are made readable by its group
 RULES_FILE = "ha-ops-rules.yml"
+DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"  # a namespace's name (RFC 1123 label)
+CONTROLLER_POD_SECURITY = "restricted"
 DEFAULT_CONTROLLER_PORT = 8800
 
 # Ordered from what must never be evicted to what yields first. The ha-ops agent and controller run as "critical"
@@ -86,7 +89,12 @@ class K8sLayerConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    namespace: str = "ha-ops"
+    # The controllers' namespace, labelled Pod Security `restricted`; the agents run in a namespace of their own,
+    # labelled with the least level they need (agent_pod_security), so that a lab's hostPath for fake GPUs, or a
+    # device plugin's socket, never loosens the controllers'. The same name for both puts both in one namespace,
+    # labelled with the looser level.
+    namespace: str = Field("ha-ops", min_length=1, max_length=63, pattern=DNS_LABEL)
+    agent_namespace: str = Field("ha-ops-agent", min_length=1, max_length=63, pattern=DNS_LABEL)
     monitoring_namespace: str = "monitoring"
     prometheus_pod_labels: dict[str, str] = Field(default_factory=lambda: {"app.kubernetes.io/name": "prometheus"})
     # The API server is not a pod, so only an address block can name it; narrow this to its endpoints.
@@ -138,6 +146,16 @@ class K8sLayerConfig(BaseModel):
         return self
 
 
+# Pod Security `restricted` for both pods (issue 44, finding 11). The container: no privilege escalation, every
+# capability dropped, a read-only root file system.
+NO_PRIVILEGE: dict[str, Any] = {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                                "capabilities": {"drop": ["ALL"]}}  # fmt: skip
+# The pod: the image's user, and its group owning the Secrets' files (0440, readable by the pod's user alone); the
+# container runtime's default seccomp profile.
+NON_ROOT: dict[str, Any] = {"runAsUser": IMAGE_UID, "runAsGroup": IMAGE_UID, "runAsNonRoot": True,
+                            "fsGroup": IMAGE_UID, "seccompProfile": {"type": "RuntimeDefault"}}  # fmt: skip
+
+
 def controller_port(spec: ClusterSpec) -> int:
     return spec.remediation.port if spec.remediation is not None else DEFAULT_CONTROLLER_PORT
 
@@ -146,6 +164,11 @@ def service_names(cfg: K8sLayerConfig) -> list[str]:
     """The controllers' Service as pods may name it: what the controllers' own certificates serve at."""
     short = f"{CONTROLLER}.{cfg.namespace}"
     return [CONTROLLER, short, f"{short}.svc", f"{short}.svc.cluster.local"]
+
+
+def agent_account(cfg: K8sLayerConfig) -> str:
+    """The agents' service account as the API server names it: the user their tokens authenticate as."""
+    return f"system:serviceaccount:{cfg.agent_namespace}:{AGENT}"
 
 
 def controller_url(spec: ClusterSpec, cfg: K8sLayerConfig) -> str:
@@ -239,11 +262,41 @@ def agent_pod_spec(spec: ClusterSpec, cfg: K8sLayerConfig, image: str) -> dict[s
                 "ports": [{"name": "metrics", "containerPort": spec.monitoring.agent_port, "protocol": "TCP"}],
                 "volumeMounts": mounts,
                 "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}},
-                "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True},
+                **_agent_probes(spec.monitoring.agent_port),
+                "securityContext": NO_PRIVILEGE,
             }
         ],
+        # Non-root (the image's user), the runtime's default seccomp profile: NVML needs neither root nor a
+        # capability (agent_pod_security).
+        "securityContext": NON_ROOT,
         "volumes": [v for v, _ in (*volumes, *writable)],
     }
+
+
+def _agent_probes(port: int) -> dict[str, Any]:
+    """/healthz on the metrics port (health/serving.py): 503 once no sweep has ended for a minute or more, so a
+    sweep stuck for good restarts the agent; ready once it serves (a DaemonSet rollout of a broken image stops)."""
+    if port == 0:  # metrics off: nothing to probe
+        return {}
+    probe = {"httpGet": {"path": "/healthz", "port": "metrics"}}
+    return {"readinessProbe": {**probe, "periodSeconds": 10},
+            "livenessProbe": {**probe, "periodSeconds": 20, "timeoutSeconds": 5, "failureThreshold": 3}}  # fmt: skip
+
+
+def agent_pod_security(cfg: K8sLayerConfig) -> str:
+    """The least Pod Security level the agent needs. With NVML, `restricted`: the NVIDIA container runtime puts
+    /dev/nvidia* in the container from NVIDIA_VISIBLE_DEVICES, outside the pod spec; the driver makes them 0666 by
+    default (NVreg_DeviceFileMode), and the NVML queries and event waits the agent makes need no capability. A lab's
+    fake GPUs come from a hostPath volume, which `privileged` alone admits (`baseline` refuses hostPath too)."""
+    return "privileged" if cfg.agent_fake_gpus_dir else "restricted"
+
+
+def namespace_levels(cfg: K8sLayerConfig) -> dict[str, str]:
+    """Each of the layer's namespaces and its Pod Security level: the controllers' `restricted`, the agents' the
+    least they need; one namespace for both takes the looser."""
+    levels = {cfg.namespace: CONTROLLER_POD_SECURITY}
+    levels[cfg.agent_namespace] = looser(levels.get(cfg.agent_namespace, "restricted"), agent_pod_security(cfg))
+    return levels
 
 
 def controller_config(spec: ClusterSpec, cfg: K8sLayerConfig, pool: str, nodes: list[str]) -> dict[str, Any]:
@@ -268,7 +321,7 @@ def controller_config(spec: ClusterSpec, cfg: K8sLayerConfig, pool: str, nodes: 
             # Each replica also serves at its pod's address (`--address` from HA_OPS_CONTROLLER_ADDRESS).
             "serve_names": service_names(cfg),
             "enrollment": {"port": ENROLL_PORT, "audience": ENROLL_AUDIENCE,
-                           "agent_service_account": f"system:serviceaccount:{cfg.namespace}:{AGENT}"},
+                           "agent_service_account": agent_account(cfg)},
         }} if cfg.issuer_secret else {"insecure": True}),
         **({"audit_sink": {"address": sink.address, "port": sink.port, "tls": _pod_tls(ISSUER_DIR),
                            "marker_file": f"{AUDIT_MARKER_DIR}/shipped"}} if (sink := cfg.audit_sink) else {}),
@@ -349,22 +402,10 @@ def controller_pod_spec(spec: ClusterSpec, cfg: K8sLayerConfig, image: str) -> d
                 ],
                 "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}},
                 # Pod Security `restricted` (issue 44, finding 11): it needs no capability (its ports are over 1024).
-                "securityContext": {
-                    "allowPrivilegeEscalation": False,
-                    "readOnlyRootFilesystem": True,
-                    "capabilities": {"drop": ["ALL"]},
-                },
+                "securityContext": NO_PRIVILEGE,
             }
         ],
-        # The image's user, and its group owning the Secrets' files (0440): readable by the controller alone; the
-        # container runtime's default seccomp profile.
-        "securityContext": {
-            "runAsUser": IMAGE_UID,
-            "runAsGroup": IMAGE_UID,
-            "runAsNonRoot": True,
-            "fsGroup": IMAGE_UID,
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
+        "securityContext": NON_ROOT,
         "volumes": [v for v, _, _ in volumes],
     }
 
@@ -382,7 +423,7 @@ def agent_node_restriction(cfg: K8sLayerConfig) -> dict[str, Any]:
     name "the node this pod runs on", but a pod's service account token carries its node's name
     (userInfo.extra authentication.kubernetes.io/node-name, Kubernetes 1.32+), so the agent may write the status of
     that node only, and in it only the GpuHealthy condition."""
-    agent = f"system:serviceaccount:{cfg.namespace}:{AGENT}"
+    agent = agent_account(cfg)
     node_key = "authentication.kubernetes.io/node-name"
     others = "c, c.type != 'GpuHealthy'"
     return {
@@ -451,77 +492,69 @@ def _port(port: int, protocol: str = "TCP") -> dict[str, Any]:
     return {"port": port, "protocol": protocol}
 
 
-def network_policies(spec: ClusterSpec, cfg: K8sLayerConfig) -> dict[str, dict[str, Any]]:
-    """Default deny in the namespace, then only what the agent and controller need. name -> NetworkPolicy spec."""
-    agents = {"matchLabels": AGENT_LABELS}
-    controllers = {"matchLabels": CONTROLLER_LABELS}
-    port = controller_port(spec)
-    api_ports = [_port(port), *([_port(ENROLL_PORT)] if cfg.issuer_secret else [])]
-    mon = spec.monitoring
-    monitoring_ns = {"matchLabels": {"kubernetes.io/metadata.name": cfg.monitoring_namespace}}
-    prometheus = {"namespaceSelector": monitoring_ns, "podSelector": {"matchLabels": cfg.prometheus_pod_labels}}
+def _in_namespace(namespace: str, pods: dict[str, Any]) -> dict[str, Any]:
+    """A NetworkPolicy peer: these pods of that namespace (the agents and controllers live in two)."""
+    return {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}, "podSelector": pods}
+
+
+def _baseline_policies(prefix: str) -> dict[str, dict[str, Any]]:
+    """Every pod of a namespace: deny in and out, then DNS out."""
+    dns = _in_namespace("kube-system", {"matchLabels": {"k8s-app": "kube-dns"}})
     return {
-        "default-deny": {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]},
-        "allow-dns": {
-            "podSelector": {},
-            "policyTypes": ["Egress"],
-            "egress": [
-                {
-                    "to": [
-                        {
-                            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
-                            "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
-                        }
-                    ],
-                    "ports": [_port(53, "UDP"), _port(53, "TCP")],
-                }
-            ],
-        },
-        "agents-to-controller": {
-            "podSelector": agents,
-            "policyTypes": ["Egress"],
-            "egress": [{"to": [{"podSelector": controllers}], "ports": api_ports}],
-        },
-        "controller-from-agents": {
-            "podSelector": controllers,
-            "policyTypes": ["Ingress"],
-            "ingress": [{"from": [{"podSelector": agents}], "ports": api_ports}],
-        },
-        "prometheus-scrape": {
-            "podSelector": {
-                "matchExpressions": [{"key": "app.kubernetes.io/name", "operator": "In", "values": [AGENT, CONTROLLER]}]
-            },
-            "policyTypes": ["Ingress"],
-            "ingress": [
-                {
-                    "from": [prometheus],
-                    "ports": [_port(mon.agent_port), *api_ports],
-                }
-            ],
-        },
-        "controller-to-apiserver": {
-            "podSelector": controllers,
-            "policyTypes": ["Egress"],
-            "egress": [
-                {
-                    "to": [{"ipBlock": {"cidr": cidr}} for cidr in cfg.api_server_cidrs],
-                    "ports": [_port(p) for p in cfg.api_server_ports],
-                }
-            ],
-        },
+        f"{prefix}default-deny": {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]},
+        f"{prefix}allow-dns": {"podSelector": {}, "policyTypes": ["Egress"],
+                               "egress": [{"to": [dns], "ports": [_port(53, "UDP"), _port(53, "TCP")]}]},
+    }  # fmt: skip
+
+
+def _to_api_server(pods: dict[str, Any], cfg: K8sLayerConfig) -> dict[str, Any]:
+    return {"podSelector": pods, "policyTypes": ["Egress"],
+            "egress": [{"to": [{"ipBlock": {"cidr": cidr}} for cidr in cfg.api_server_cidrs],
+                        "ports": [_port(p) for p in cfg.api_server_ports]}]}  # fmt: skip
+
+
+def _scraped(pods: dict[str, Any], cfg: K8sLayerConfig, ports: list[dict[str, Any]]) -> dict[str, Any]:
+    prometheus = _in_namespace(cfg.monitoring_namespace, {"matchLabels": cfg.prometheus_pod_labels})
+    return {"podSelector": pods, "policyTypes": ["Ingress"], "ingress": [{"from": [prometheus], "ports": ports}]}
+
+
+def network_policies(spec: ClusterSpec, cfg: K8sLayerConfig) -> dict[str, dict[str, Any]]:
+    """The controllers' namespace: default deny, then only what the controllers need. name -> NetworkPolicy spec."""
+    agents, controllers = {"matchLabels": AGENT_LABELS}, {"matchLabels": CONTROLLER_LABELS}
+    mon = spec.monitoring
+    monitoring = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": cfg.monitoring_namespace}}}
+    return {
+        **_baseline_policies(""),
+        "controller-from-agents": {"podSelector": controllers, "policyTypes": ["Ingress"],
+                                   "ingress": [{"from": [_in_namespace(cfg.agent_namespace, agents)],
+                                                "ports": _api_ports(spec, cfg)}]},
+        "prometheus-scrape": _scraped(controllers, cfg, _api_ports(spec, cfg)),
+        "controller-to-apiserver": _to_api_server(controllers, cfg),
         **({"controller-to-audit-sink": audit_sink_egress(cfg.audit_sink)} if cfg.audit_sink else {}),
         # The controller watches Prometheus and raises HaOpsPrometheusDown on Alertmanager itself.
-        "controller-to-monitoring": {
-            "podSelector": controllers,
-            "policyTypes": ["Egress"],
-            "egress": [
-                {
-                    "to": [{"namespaceSelector": monitoring_ns}],
-                    "ports": [_port(mon.prometheus_port), _port(mon.alertmanager_port)],
-                }
-            ],
-        },
-    }
+        "controller-to-monitoring": {"podSelector": controllers, "policyTypes": ["Egress"],
+                                     "egress": [{"to": [monitoring], "ports": [_port(mon.prometheus_port),
+                                                                               _port(mon.alertmanager_port)]}]},
+    }  # fmt: skip
+
+
+def agent_network_policies(spec: ClusterSpec, cfg: K8sLayerConfig) -> dict[str, dict[str, Any]]:
+    """The agents' namespace: default deny, then the controllers' API, the API server (the agent writes its node's
+    GpuHealthy condition) and the scrape of its metrics. name -> NetworkPolicy spec; names apart from the
+    controllers' so that one namespace may hold both."""
+    agents, controllers = {"matchLabels": AGENT_LABELS}, {"matchLabels": CONTROLLER_LABELS}
+    return {
+        **_baseline_policies("agents-"),
+        "agents-to-controller": {"podSelector": agents, "policyTypes": ["Egress"],
+                                 "egress": [{"to": [_in_namespace(cfg.namespace, controllers)],
+                                             "ports": _api_ports(spec, cfg)}]},
+        "agents-to-apiserver": _to_api_server(agents, cfg),
+        "agents-prometheus-scrape": _scraped(agents, cfg, [_port(spec.monitoring.agent_port)]),
+    }  # fmt: skip
+
+
+def _api_ports(spec: ClusterSpec, cfg: K8sLayerConfig) -> list[dict[str, Any]]:
+    return [_port(controller_port(spec)), *([_port(ENROLL_PORT)] if cfg.issuer_secret else [])]
 
 
 def audit_sink_egress(sink: AuditSinkTarget) -> dict[str, Any]:
@@ -566,13 +599,16 @@ def _checked_controller_config(text: str, source: str) -> None:
 
 def pod_monitor(cfg: K8sLayerConfig) -> dict[str, Any]:
     """Prometheus Operator: scrape the agents' `metrics` port and the controllers' metrics: on the `http` port, or
-    with TLS on the `enroll` port (the other asks for a client certificate), verified with the cluster CA."""
+    with TLS on the `enroll` port (the other asks for a client certificate), verified with the cluster CA. One
+    PodMonitor over both namespaces."""
     controllers: dict[str, Any] = {"port": "http", "path": "/metrics"}
     if cfg.issuer_secret:
         ca = {"configMap": {"name": cfg.ca_config_map, "key": "ca.crt"}}
         controllers = {"port": "enroll", "path": "/metrics", "scheme": "https",
                        "tlsConfig": {"ca": ca, "serverName": service_names(cfg)[2]}}  # fmt: skip
     return {
+        # In the agents' namespace, where the cluster CA's ConfigMap is (a PodMonitor reads it from its own).
+        "namespaceSelector": {"matchNames": sorted({cfg.agent_namespace, cfg.namespace})},
         "selector": {"matchExpressions": [
             {"key": "app.kubernetes.io/name", "operator": "In", "values": [AGENT, CONTROLLER]}]},
         "podMetricsEndpoints": [{"port": "metrics", "path": "/metrics"}, controllers],
@@ -589,40 +625,51 @@ def layer_objects(spec: ClusterSpec, cfg: K8sLayerConfig, controller_config_yaml
         raise SpecError(source, [f"images: no images given ({where_given}: the agent's and the controller's)"])
     enforce(check_images(images.model_dump(), where), source)
     _checked_controller_config(controller_config_yaml, source)
-    ns = cfg.namespace
+    ns, agent_ns = cfg.namespace, cfg.agent_namespace
+    levels = namespace_levels(cfg)
     out: list[LayerObject] = []
 
-    def add(key: str, api_version: str, kind: str, name: str, labels: dict[str, str], namespaced: bool = True,
+    def add(key: str, api_version: str, kind: str, name: str, labels: dict[str, str], namespace: str | None = ns,
             **fields: Any) -> None:  # fmt: skip
-        meta: dict[str, Any] = {"name": name, **({"namespace": ns} if namespaced else {}), "labels": labels}
+        meta: dict[str, Any] = {"name": name, **({"namespace": namespace} if namespace else {}), "labels": labels}
         out.append(LayerObject(key, {"apiVersion": api_version, "kind": kind, "metadata": meta, **fields}))
 
     def bound_role(key: str, kind: str, name: str, labels: dict[str, str], rules: list[dict[str, Any]],
-                   account: str) -> None:  # fmt: skip
-        """A Role or ClusterRole (`kind`) with `rules`, bound to the service account `account`."""
-        rbac, namespaced = "rbac.authorization.k8s.io", kind == "Role"
-        add(key, f"{rbac}/v1", kind, name, labels, namespaced, rules=rules)
-        add(key, f"{rbac}/v1", f"{kind}Binding", name, labels, namespaced,
+                   account: str, account_ns: str = ns) -> None:  # fmt: skip
+        """A Role or ClusterRole (`kind`) with `rules`, bound to the service account `account` of `account_ns`."""
+        rbac, namespace = "rbac.authorization.k8s.io", account_ns if kind == "Role" else None
+        add(key, f"{rbac}/v1", kind, name, labels, namespace, rules=rules)
+        add(key, f"{rbac}/v1", f"{kind}Binding", name, labels, namespace,
             roleRef={"apiGroup": rbac, "kind": kind, "name": name},
-            subjects=[{"kind": "ServiceAccount", "name": account, "namespace": ns}])  # fmt: skip
+            subjects=[{"kind": "ServiceAccount", "name": account, "namespace": account_ns}])  # fmt: skip
 
-    add("namespace", "v1", "Namespace", ns, PART_OF, False)
+    def pods_admitted(kind: str, pod: dict[str, Any], namespace: str) -> dict[str, Any]:
+        """The pod spec, checked against its namespace's Pod Security level before anything is applied."""
+        if problems := problems_at(levels[namespace], pod):
+            raise SpecError(source, [f"{kind} in {namespace} (Pod Security {levels[namespace]}): {p}"
+                                     for p in problems])  # fmt: skip
+        return pod
+
+    for name, key in {agent_ns: "agent-namespace", ns: "namespace"}.items():  # (one, where both are one)
+        add(key, "v1", "Namespace", name, {**PART_OF, **namespace_labels(levels[name])}, None)
     for pc, fields in PRIORITY_CLASSES.items():
-        add(f"priority-{pc}", "scheduling.k8s.io/v1", "PriorityClass", pc, PART_OF, False, **fields)
+        add(f"priority-{pc}", "scheduling.k8s.io/v1", "PriorityClass", pc, PART_OF, None, **fields)
 
-    # --- agent ----------------------------------------------------------------------------------------------------
-    add("agent-sa", "v1", "ServiceAccount", AGENT, AGENT_LABELS)
+    # --- agent, in its own namespace ------------------------------------------------------------------------------
+    add("agent-sa", "v1", "ServiceAccount", AGENT, AGENT_LABELS, agent_ns)
     bound_role("agent-node-status", "ClusterRole", f"{AGENT}-node-status", AGENT_LABELS, agent_cluster_role_rules(),
-               AGENT)  # fmt: skip
+               AGENT, agent_ns)  # fmt: skip
     admission = "admissionregistration.k8s.io/v1"
-    add("agent-own-node", admission, "ValidatingAdmissionPolicy", f"{AGENT}-own-node", AGENT_LABELS, False,
+    add("agent-own-node", admission, "ValidatingAdmissionPolicy", f"{AGENT}-own-node", AGENT_LABELS, None,
         spec=agent_node_restriction(cfg))  # fmt: skip
-    add("agent-own-node", admission, "ValidatingAdmissionPolicyBinding", f"{AGENT}-own-node", AGENT_LABELS, False,
+    add("agent-own-node", admission, "ValidatingAdmissionPolicyBinding", f"{AGENT}-own-node", AGENT_LABELS, None,
         spec={"policyName": f"{AGENT}-own-node", "validationActions": ["Deny"]})  # fmt: skip
-    add("agent-config", "v1", "ConfigMap", AGENT, AGENT_LABELS, data={"agent.yaml": agent_config_yaml(spec, cfg)})
-    add("agent", "apps/v1", "DaemonSet", AGENT, AGENT_LABELS, spec={
+    add("agent-config", "v1", "ConfigMap", AGENT, AGENT_LABELS, agent_ns,
+        data={"agent.yaml": agent_config_yaml(spec, cfg)})  # fmt: skip
+    agent_pod = pods_admitted("the agent", agent_pod_spec(spec, cfg, images.agent), agent_ns)
+    add("agent", "apps/v1", "DaemonSet", AGENT, AGENT_LABELS, agent_ns, spec={
         "selector": {"matchLabels": AGENT_LABELS},
-        "template": {"metadata": {"labels": AGENT_LABELS}, "spec": agent_pod_spec(spec, cfg, images.agent)},
+        "template": {"metadata": {"labels": AGENT_LABELS}, "spec": agent_pod},
     })  # fmt: skip
 
     # --- remediation controller -----------------------------------------------------------------------------------
@@ -632,9 +679,9 @@ def layer_objects(spec: ClusterSpec, cfg: K8sLayerConfig, controller_config_yaml
     bound_role("controller-nodes", "ClusterRole", f"{CONTROLLER}-nodes", CONTROLLER_LABELS,
                controller_cluster_role_rules(), CONTROLLER)  # fmt: skip
     own_pods = f"{CONTROLLER}-own-pods"
-    add("controller-own-pods", admission, "ValidatingAdmissionPolicy", own_pods, CONTROLLER_LABELS, False,
+    add("controller-own-pods", admission, "ValidatingAdmissionPolicy", own_pods, CONTROLLER_LABELS, None,
         spec=controller_own_pods(cfg))  # fmt: skip
-    add("controller-own-pods", admission, "ValidatingAdmissionPolicyBinding", own_pods, CONTROLLER_LABELS, False,
+    add("controller-own-pods", admission, "ValidatingAdmissionPolicyBinding", own_pods, CONTROLLER_LABELS, None,
         spec={"policyName": own_pods, "validationActions": ["Deny"]})  # fmt: skip
     add("controller-config", "v1", "ConfigMap", CONTROLLER, CONTROLLER_LABELS,
         data={"controller.yaml": controller_config_yaml})  # fmt: skip
@@ -644,7 +691,7 @@ def layer_objects(spec: ClusterSpec, cfg: K8sLayerConfig, controller_config_yaml
         # No surge: with one replica per zone and two zones a surge pod could never be placed.
         "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}},
         "template": {"metadata": {"labels": CONTROLLER_LABELS},
-                     "spec": controller_pod_spec(spec, cfg, images.controller)},
+                     "spec": pods_admitted("the controller", controller_pod_spec(spec, cfg, images.controller), ns)},
     })  # fmt: skip
     add("controller", "v1", "Service", CONTROLLER, CONTROLLER_LABELS, spec={
         # The leader only (LeaderLabel): a standby answers reports with 503, and an agent has this one URL.
@@ -656,13 +703,14 @@ def layer_objects(spec: ClusterSpec, cfg: K8sLayerConfig, controller_config_yaml
         spec={"minAvailable": 1, "selector": {"matchLabels": CONTROLLER_LABELS}})  # fmt: skip
 
     # --- network policies and monitoring --------------------------------------------------------------------------
-    for name, policy in network_policies(spec, cfg).items():
-        add(f"netpol-{name}", "networking.k8s.io/v1", "NetworkPolicy", name, PART_OF, spec=policy)
+    for namespace, policies in ((ns, network_policies(spec, cfg)), (agent_ns, agent_network_policies(spec, cfg))):
+        for name, policy in policies.items():
+            add(f"netpol-{name}", "networking.k8s.io/v1", "NetworkPolicy", name, PART_OF, namespace, spec=policy)
     if cfg.prometheus_operator:
         operator = "monitoring.coreos.com/v1"
         add("alert-rules", operator, "PrometheusRule", "ha-ops-alert-rules", PART_OF,
             spec={"groups": yaml.safe_load(rules_yaml())["groups"]})  # fmt: skip
-        add("pod-monitor", operator, "PodMonitor", "ha-ops", PART_OF, spec=pod_monitor(cfg))
+        add("pod-monitor", operator, "PodMonitor", "ha-ops", PART_OF, agent_ns, spec=pod_monitor(cfg))
     else:
         add("alert-rules", "v1", "ConfigMap", "ha-ops-alert-rules", {**PART_OF, "prometheus-rules": "true"},
             data={RULES_FILE: rules_yaml()})  # fmt: skip

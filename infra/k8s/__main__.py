@@ -28,5 +28,6 @@ else:
     provider = k8s.Provider("cluster", kubeconfig=Path(config.require("kubeconfig")).read_text())
 layer = ClusterK8sLayer("ha-ops", ClusterK8sLayerArgs(spec, controller_config, config=layer_config, provider=provider))
 pulumi.export("namespace", layer.namespace)
+pulumi.export("agent_namespace", layer.agent_namespace)
 pulumi.export("agent_daemonset", layer.agent_daemonset)
 pulumi.export("controller_deployment", layer.controller_deployment)

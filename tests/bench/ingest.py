@@ -4,7 +4,7 @@ The real controller (`ha-ops controller run`, a process of its own) serves its A
 files in a folder on disk. Each node has its own certificate from a CA made here, and its own loopback address
 (127.x.y.z: as many peers as nodes, each under the server's cap per address). Load generators, processes of their
 own (12,500 nodes each: one process holds at most its open-files limit of connections), send each node's heartbeat
-through the agent's own poster (ha_ops.health.agent.HttpPoster: one kept-alive connection per node) every
+through the agent's own poster (ha_ops.health.poster.HttpPoster: one kept-alive connection per node) every
 `--interval` s, spread evenly (an open loop: each report has a due time, and its latency is measured from that
 time, so a generator or controller that falls behind shows it). First every node connects
 and reports once, then one interval of heartbeats warms up (not measured); then `--seconds` of steady heartbeats
@@ -44,7 +44,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from ha_ops.health.agent import HttpPoster
+from ha_ops.health.poster import HttpPoster
 from ha_ops.health.report import AgentReport
 from ha_ops.security import tls
 from ha_ops.security.pki import CertificateAuthority

@@ -50,8 +50,8 @@ from lightkube import Client
 from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import ConfigMap, Node
 
-from ha_ops.health.agent import HttpPoster
 from ha_ops.health.config import KubernetesCondition
+from ha_ops.health.poster import HttpPoster
 from ha_ops.health.report import AgentReport
 from ha_ops.lab import kubernetes
 from ha_ops.lab.cluster import Lab

@@ -34,7 +34,7 @@ from lightkube.resources.rbac_authorization_v1 import ClusterRole, ClusterRoleBi
 from lightkube.resources.scheduling_v1 import PriorityClass
 from lightkube.types import PatchType
 
-from ha_ops.health.agent import HttpPoster
+from ha_ops.health.poster import HttpPoster
 from ha_ops.health.report import AgentReport, ReportFinding
 from ha_ops.iac.engine import PulumiEngine
 from ha_ops.iac.k8s_manifests import controller_port
@@ -227,6 +227,61 @@ def test_a_deployment_spreads_over_gpu_nodes_and_recovers_from_a_lost_node(klab:
     assert not scheduler.node(lost_node).drained
 
 
+def kubectl(klab: Lab, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    """The built kubectl against the lab's API server, as an operator runs it."""
+    return subprocess.run([str(REPO / "tools" / "bin" / "kubectl"), "--kubeconfig",
+                           str(kubernetes.kubeconfig_path(klab.ctx)), *args], input=stdin, capture_output=True,
+                          text=True, timeout=60)  # fmt: skip
+
+
+def test_the_layer_meets_pod_security_on_the_api_server(klab: Lab, tmp_path: Path) -> None:
+    """Issue 44, finding 11. The layer as production renders it (`ha-ops k8s render`, NVML agents) labels both its
+    namespaces Pod Security `restricted`; with those namespaces made, `kubectl apply --dry-run=server` of the whole
+    base succeeds with no Pod Security warning, and each workload's pod, created as a Pod (server dry run, where
+    `enforce` refuses), is admitted. The same pod as root is refused with the API server's own words: the check can
+    fail. (The lab's layer, whose agents read fake GPUs through a hostPath, runs its controllers in a `restricted`
+    namespace: test_the_k8s_layer_stack_...)"""
+    namespaces = {"namespace": "psa-ha-ops", "agent_namespace": "psa-ha-ops-agent"}
+    spec_file, layer_file, base = tmp_path / "spec.yaml", tmp_path / "layer.yaml", tmp_path / "base"
+    spec_file.write_text(yaml.safe_dump(klab.spec.model_dump(mode="json") | {"images": {"agent": IMAGE,
+                                        "controller": IMAGE}}, sort_keys=False))  # fmt: skip
+    layer_file.write_text(yaml.safe_dump({**namespaces, "prometheus_operator": False}))
+    rendered = subprocess.run([sys.executable, "-m", "ha_ops", "k8s", "render", str(spec_file), "--out", str(base),
+                               "--layer", str(layer_file)], capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert rendered.returncode == 0, rendered.stderr
+    try:
+        for name in namespaces.values():  # the namespaces themselves, labelled as the layer labels them
+            made = kubectl(klab, "apply", "-f", str(base / f"namespace-{name}.yaml"))
+            assert made.returncode == 0, made.stderr
+            labels = json.loads(kubectl(klab, "get", "namespace", name, "-o", "json").stdout)["metadata"]["labels"]
+            assert labels["pod-security.kubernetes.io/enforce"] == "restricted", labels
+        for account in ("ha-ops-controller", "ha-ops-agent"):  # (a pod's service account must exist to admit it)
+            made = kubectl(klab, "apply", "-f", str(base / f"serviceaccount-{account}.yaml"))
+            assert made.returncode == 0, made.stderr
+        applied = kubectl(klab, "apply", "--dry-run=server", "-k", str(base))
+        assert applied.returncode == 0, applied.stderr
+        assert "deployment.apps/ha-ops-controller created (server dry run)" in applied.stdout, applied.stdout
+        assert "PodSecurity" not in applied.stderr, applied.stderr  # (a workload's violation is a warning here)
+        for kind, name, namespace in (("deployment", "ha-ops-controller", namespaces["namespace"]),
+                                      ("daemonset", "ha-ops-agent", namespaces["agent_namespace"])):  # fmt: skip
+            workload = yaml.safe_load((base / f"{kind}-{name}.yaml").read_text())
+            # (The priority classes are cluster-wide objects this dry run does not make; Pod Security ignores them.)
+            template = {k: v for k, v in workload["spec"]["template"]["spec"].items() if k != "priorityClassName"}
+            pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"{name}-psa", "namespace": namespace},
+                   "spec": template | {"nodeName": "ctl1"}}  # fmt: skip
+            admitted = kubectl(klab, "create", "--dry-run=server", "-f", "-", stdin=json.dumps(pod))
+            assert admitted.returncode == 0, (kind, admitted.stderr)
+            rooted = json.loads(json.dumps(pod))
+            rooted["spec"]["securityContext"] |= {"runAsNonRoot": False, "runAsUser": 0}
+            refused = kubectl(klab, "create", "--dry-run=server", "-f", "-", stdin=json.dumps(rooted))
+            assert refused.returncode != 0 and 'violates PodSecurity "restricted:latest"' in refused.stderr, (
+                kind, refused.stderr)  # fmt: skip
+            print(f"\n{kind} {name} in {namespace}: admitted under restricted; as root: {refused.stderr.strip()}")
+    finally:
+        for name in namespaces.values():
+            kubectl(klab, "delete", "namespace", name, "--ignore-not-found", "--wait=false")
+
+
 @pytest.fixture(scope="module")
 def image(klab: Lab, tmp_path_factory: pytest.TempPathFactory) -> str:
     """The ha-ops image, built from this checkout (scripts/image.sh) and loaded into the kubelet nodes' containerd;
@@ -270,19 +325,26 @@ def test_the_k8s_layer_stack_runs_ha_ops_in_real_containers_and_the_controllers_
              "audit_sink": {"address": audit_sink.address(klab.ctx), "port": audit_sink.PORT}}  # fmt: skip
     engine.set_config(program, "lab", {"spec": str(spec_file), "kubeconfig": str(kubernetes.kubeconfig_path(klab.ctx)),
                                        "layer": json.dumps(layer)})  # fmt: skip
-    namespace = "ha-ops"
+    namespace, agent_namespace = "ha-ops", "ha-ops-agent"
     controllers: dict[str, dict] = {}
     agents: dict[str, dict] = {}
     klab.use_controllers(False)  # the lab's own controllers (for Slurm) stopped: the layer's pods are the ones acting
     audit_key = audit_key_secret(api, namespace)
-    pki = layer_pki(api, namespace, lab_tls.folder(klab.ctx))
+    pki = layer_pki(api, namespace, agent_namespace, lab_tls.folder(klab.ctx))
     try:
         update = engine.up(program, "lab")
         assert update["result"] == "succeeded", update
-        namespace = engine.outputs(program, "lab")["namespace"]
+        outputs = engine.outputs(program, "lab")
+        assert (outputs["namespace"], outputs["agent_namespace"]) == (namespace, agent_namespace)
+        # Pod Security: the controllers' namespace `restricted`; the agents' `privileged` here, for the lab's hostPath
+        # of fake GPUs alone (with NVML it is `restricted` too: test_the_layer_meets_pod_security_...).
+        for name, level in ((namespace, "restricted"), (agent_namespace, "privileged")):
+            labels = api.get(Namespace, name).to_dict()["metadata"]["labels"]
+            assert labels["pod-security.kubernetes.io/enforce"] == level, (name, labels)
 
         def pods(app: str) -> dict[str, dict]:
-            found = [p.to_dict() for p in api.list(Pod, namespace=namespace, labels={"app.kubernetes.io/name": app})]
+            where = agent_namespace if app == "ha-ops-agent" else namespace
+            found = [p.to_dict() for p in api.list(Pod, namespace=where, labels={"app.kubernetes.io/name": app})]
             return {p["metadata"]["name"]: p for p in found if p["status"].get("phase") == "Running"}
 
         gpu_nodes = {str(n.metadata.name) for n in api.list(Node, labels={"type": "kwok"}) if n.metadata}
@@ -311,12 +373,13 @@ def test_the_k8s_layer_stack_runs_ha_ops_in_real_containers_and_the_controllers_
         for pod in controllers.values():  # real containers of containerd, from the image built here
             [status] = pod["status"]["containerStatuses"]
             assert status["containerID"].startswith("containerd://") and status["imageID"].endswith(image.split("@")[1])
-        agent_may_write_only_its_own_nodes_condition(klab, api, namespace, {n: p["spec"]["nodeName"]
+        agent_may_write_only_its_own_nodes_condition(klab, api, agent_namespace, {n: p["spec"]["nodeName"]
                                                                              for n, p in agents.items()})  # fmt: skip
         assert {str(pc.metadata.name) for pc in api.list(PriorityClass) if pc.metadata} >= {
             "critical", "normal", "preemptible-training"}  # fmt: skip
-        controller_may_label_only_its_own_pods(klab, api, namespace, next(iter(agents)), next(iter(controllers)))
-        controllers_issue_certificates(api, namespace, controllers, real_agent, pki, tmp_path)
+        controller_may_label_only_its_own_pods(klab, api, namespace, (agent_namespace, next(iter(agents))),
+                                               next(iter(controllers)))  # fmt: skip
+        controllers_issue_certificates(api, (namespace, agent_namespace), controllers, real_agent, pki, tmp_path)
         controllers_fail_over(klab, api, namespace, controllers, sorted(gpu_nodes), audit_key, pki)
         own_certificates_renewed(controllers, pki)
     except BaseException:
@@ -328,11 +391,12 @@ def test_the_k8s_layer_stack_runs_ha_ops_in_real_containers_and_the_controllers_
         klab.use_controllers(True)
         gone = engine.destroy(program, "lab")
     assert gone["result"] == "succeeded", gone
-    try:
-        left = api.get(Namespace, namespace)
-        assert left.status is not None and left.status.phase == "Terminating"
-    except ApiError as exc:
-        assert exc.status.code == 404
+    for name in (namespace, agent_namespace):
+        try:
+            left = api.get(Namespace, name)
+            assert left.status is not None and left.status.phase == "Terminating"
+        except ApiError as exc:
+            assert exc.status.code == 404
 
 
 def agent_container_keeps_its_nodes_condition(klab: Lab, api: Client) -> None:
@@ -363,18 +427,24 @@ def agent_container_keeps_its_nodes_condition(klab: Lab, api: Client) -> None:
     wait_for(f"{CONDITION}=True again on {GPU_KUBELET}", lambda: condition("True"), timeout=60, interval=0.5)
 
 
-def controller_may_label_only_its_own_pods(klab: Lab, api: Client, namespace: str, agent: str, controller: str) -> None:
-    """With the controllers' service account: the label ha-ops.io/leader of an agent's pod, or another label of a
-    controller pod, is refused by the layer's admission policy (RBAC alone would allow both)."""
+def controller_may_label_only_its_own_pods(klab: Lab, api: Client, namespace: str, agent: tuple[str, str],
+                                           controller: str) -> None:  # fmt: skip
+    """With the controllers' service account: another label of a controller pod is refused by the layer's admission
+    policy (RBAC alone would allow it); the label ha-ops.io/leader of an agent's pod, in the agents' namespace, by
+    RBAC (the controllers' Role is in their own namespace only; in one namespace for both, the admission policy
+    refuses it: "may label controller pods only")."""
     request = ServiceAccount.Token(metadata=ObjectMeta(name="ha-ops-controller", namespace=namespace),
                                    spec=TokenRequestSpec(audiences=[], expirationSeconds=600))  # fmt: skip
     token = api.create(request, "ha-ops-controller", namespace=namespace).status.token
+    agent_namespace, agent_pod = agent
     with Client(config=KubeConfig.from_dict(token_kubeconfig(klab, token, "controller")), trust_env=False) as as_it:
-        refused_writes = [(agent, {LEADER_LABEL: "true"}, "may label controller pods only"),
-                          (controller, {"tier": "x"}, f"may change the label {LEADER_LABEL} only")]  # fmt: skip
-        for pod, labels, refusal in refused_writes:
+        refused_writes = [
+            (agent_namespace, agent_pod, {LEADER_LABEL: "true"}, "cannot patch resource"),
+            (namespace, controller, {"tier": "x"}, f"may change the label {LEADER_LABEL} only"),
+        ]
+        for where, pod, labels, refusal in refused_writes:
             with pytest.raises(ApiError) as refused:
-                as_it.patch(Pod, pod, {"metadata": {"labels": labels}}, namespace=namespace,
+                as_it.patch(Pod, pod, {"metadata": {"labels": labels}}, namespace=where,
                             patch_type=PatchType.MERGE)  # fmt: skip
             assert refusal in (refused.value.status.message or ""), refused.value.status
 
@@ -498,7 +568,8 @@ class LayerPki:
         return ssl.create_default_context(cafile=str(self.ca.paths.cert))
 
 
-def layer_pki(api: Client, namespace: str, directory: Path) -> LayerPki:
+def layer_pki(api: Client, namespace: str, agent_namespace: str, directory: Path) -> LayerPki:
+    """The issuer's Secret in the controllers' namespace, the CA's ConfigMap in the agents' (which mount it)."""
     import base64
 
     from lightkube.resources.core_v1 import ConfigMap, Secret
@@ -509,18 +580,19 @@ def layer_pki(api: Client, namespace: str, directory: Path) -> LayerPki:
     def b64(name: str) -> str:
         return base64.b64encode((d / name).read_bytes()).decode()
 
-    with suppress(ApiError):
-        api.create(Namespace(metadata=ObjectMeta(name=namespace)))
-    for kind, name in ((Secret, "ha-ops-issuer"), (ConfigMap, "ha-ops-ca")):
+    for name in (namespace, agent_namespace):
         with suppress(ApiError):
-            api.delete(kind, name, namespace=namespace)
+            api.create(Namespace(metadata=ObjectMeta(name=name)))
+    for kind, name, where in ((Secret, "ha-ops-issuer", namespace), (ConfigMap, "ha-ops-ca", agent_namespace)):
+        with suppress(ApiError):
+            api.delete(kind, name, namespace=where)
     api.create(
         Secret(
             metadata=ObjectMeta(name="ha-ops-issuer", namespace=namespace),
             data={"tls.crt": b64("issuer.crt"), "tls.key": b64("issuer.key"), "ca.crt": b64("ca.crt")},
         )
     )
-    api.create(ConfigMap(metadata=ObjectMeta(name="ha-ops-ca", namespace=namespace),
+    api.create(ConfigMap(metadata=ObjectMeta(name="ha-ops-ca", namespace=agent_namespace),
                          data={"ca.crt": (d / "ca.crt").read_text()}))  # fmt: skip
     return pki
 
@@ -535,7 +607,7 @@ def pod_token(api: Client, namespace: str, account: str, pod: dict, audiences: l
 
 
 def controllers_issue_certificates(
-    api: Client, namespace: str, pods: dict[str, dict], agent_pod: dict, pki: LayerPki, tmp_path: Path
+    api: Client, namespaces: tuple[str, str], pods: dict[str, dict], agent_pod: dict, pki: LayerPki, tmp_path: Path
 ) -> None:
     """The controller containers enroll a token of the agent's pod (reviewed by the real API server) for that pod's
     node and no other; refuse other accounts' and audiences' tokens; renew over mutual TLS, keeping the identity;
@@ -553,14 +625,15 @@ def controllers_issue_certificates(
     node = agent_pod["spec"]["nodeName"]
     files = TlsFiles(ca_file=pki.ca.paths.cert, cert_file=tmp_path / "enrolled.crt", key_file=tmp_path / "enrolled.key")
     token_file = tmp_path / "token"
-    token_file.write_text(pod_token(api, namespace, "ha-ops-agent", agent_pod, ["ha-ops-controller"]))
+    namespace, agent_namespace = namespaces
+    token_file.write_text(pod_token(api, agent_namespace, "ha-ops-agent", agent_pod, ["ha-ops-controller"]))
     enroll(files, Enrollment(urls=enroll_urls, token_file=token_file))
     cert = x509.load_pem_x509_certificates(files.cert_file.read_bytes())[0]
     assert cert.subject.rfc4514_string() == f"CN={node},O=ha-ops:agents", cert.subject
     refused = {
         "the controller's own account": (pod_token(api, namespace, "ha-ops-controller", next(iter(pods.values())),
                                                    ["ha-ops-controller"]), "not the agents' service account"),
-        "the API server's audience": (pod_token(api, namespace, "ha-ops-agent", agent_pod, None), "not valid"),
+        "the API server's audience": (pod_token(api, agent_namespace, "ha-ops-agent", agent_pod, None), "not valid"),
     }  # fmt: skip
     for what, (token, why) in refused.items():
         token_file.write_text(token)

@@ -22,7 +22,16 @@ from ha_ops.lab.controllers import audit_key_path, config_path, state_dir
 from ha_ops.remediation.store import read_state
 from ha_ops.schedulers.slurm import Slurm
 from ha_ops.util.wait import wait_for
-from tests.labkit import audit_entries, call_controller, cluster, controller_nodes, leader, reset_remediation
+from tests.labkit import (
+    REPO,
+    audit_entries,
+    call_controller,
+    cluster,
+    controller_nodes,
+    controller_url,
+    leader,
+    reset_remediation,
+)
 
 pytestmark = pytest.mark.lab
 
@@ -314,6 +323,50 @@ def test_callers_without_the_right_certificate_are_refused(lab: Lab, slurm: Slur
     lab.node("gpu3").gpus().fall_off_bus(1)
     wait_for("gpu3 drained", lambda: "drain" in kinds(node_entries(lab, "gpu3", since)), timeout=20, interval=0.2)
     wait_for("gpu3 returned", lambda: phase(lab, "gpu3") == "returned", timeout=40, interval=0.3)
+
+
+def test_a_hostile_gpu_node_flooding_the_leader_does_not_delay_another_nodes_drain(lab: Lab, slurm: Slurm) -> None:
+    """Issue 44, line 2: a job on gpu2 that read its node's agent certificate floods the leader's API from gpu2's
+    address (tests/hostile.py, in gpu2's network namespace): 400 TCP connections that never start TLS, 100 trickling
+    a ClientHello a byte every 5 s, 64 trickling a report with gpu2's certificate, each opened again when dropped.
+    While it holds on, gpu3's GPU falls off the bus: drained within the usual 5 s and returned, as without it."""
+    import threading
+    import urllib.parse
+
+    from ha_ops.lab import tls
+
+    ctl = leader(lab)
+    assert ctl is not None
+    where = urllib.parse.urlsplit(controller_url(lab, ctl))
+    gpu2 = tls.files(lab.ctx, "agent-gpu2")
+    argv = ["nsenter", f"--net=/run/netns/{lab.ctx.netns('gpu2')}", sys.executable, "-m", "tests.hostile",
+            "--host", str(where.hostname), "--port", str(where.port), "--ca", str(gpu2.ca_file), "--cert",
+            str(gpu2.cert_file), "--key", str(gpu2.key_file), "--half-open", "400", "--slow-handshakes", "100",
+            "--slow-bodies", "64", "--seconds", "120"]  # fmt: skip
+    attacker = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    rounds: list[dict] = []
+    assert attacker.stdout is not None
+    reader = threading.Thread(target=lambda out=attacker.stdout: rounds.extend(
+        json.loads(line) for line in out if line.startswith("{")), daemon=True)  # fmt: skip
+    reader.start()
+    try:
+        # In place: every kind opened as many as it wants at least once (the server may drop them: then again).
+        wait_for("the flood in place", lambda: len(rounds) >= 2 and sum(rounds[-1]["opened"].values()) >= 564,
+                 timeout=60, interval=0.5)  # fmt: skip
+        since = max((e["seq"] for e in audit_entries(lab)), default=0)
+        lab.node("gpu3").gpus().fall_off_bus(1)
+        started = time.monotonic()
+        wait_for("gpu3 drained", lambda: slurm.node("gpu3").drained, timeout=5, interval=0.05)
+        drained_s = time.monotonic() - started
+        assert attacker.poll() is None, "the flood ended before the drain"
+        print(f"\ngpu3 drained {drained_s:.2f} s after its fault while gpu2 flooded {ctl}: {rounds[-1]}")
+        wait_for("gpu3 returned", lambda: phase(lab, "gpu3") == "returned", timeout=40, interval=0.3)
+        assert kinds(node_entries(lab, "gpu3", since))["drain"] == 1
+    finally:
+        attacker.kill()
+        attacker.wait(10)
+        reader.join(10)
+        attacker.stdout.close()
 
 
 def test_a_certificate_is_renewed_through_the_controllers_for_the_identity_it_presents(lab: Lab) -> None:

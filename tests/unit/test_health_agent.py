@@ -22,9 +22,10 @@ from pydantic import ValidationError
 from ha_ops.errors import CommandFailed, CommandTimeout, TransportError
 from ha_ops.gpu.fake import FakeBackend, FakeGpus
 from ha_ops.gpu.types import GpuEvent, GpuSample
-from ha_ops.health.agent import Agent, AgentState, HttpPoster
+from ha_ops.health.agent import Agent, AgentState
 from ha_ops.health.config import AgentConfig
 from ha_ops.health.model import Action, HealthState
+from ha_ops.health.poster import HttpPoster
 from ha_ops.health.report import AgentReport, build_report
 from ha_ops.schedulers.slurm import REASON_PREFIX, Slurm, SlurmNode
 from ha_ops.util.proc import CommandResult

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from ha_ops.health.agent import HttpPoster
+from ha_ops.health.poster import HttpPoster
 from ha_ops.health.report import AgentReport
 from ha_ops.security import tls
 from ha_ops.security.pki import CertificateAuthority

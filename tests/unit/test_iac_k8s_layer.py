@@ -59,12 +59,13 @@ def test_everything_is_created_under_the_component_with_its_outputs(mocks: Harne
     children = [r for r in mocks.resources if r != component]
     assert children and all(mocks.parent(r) == component for r in children)
     kinds = sorted(r.type for r in children)
-    assert kinds.count("kubernetes:networking.k8s.io/v1:NetworkPolicy") == 7
+    assert kinds.count("kubernetes:networking.k8s.io/v1:NetworkPolicy") == 11  # 6 for the controllers, 5 the agents
     assert kinds.count("kubernetes:scheduling.k8s.io/v1:PriorityClass") == 3
-    for kind in ["Namespace", "DaemonSet", "Deployment", "Role", "RoleBinding", "PodDisruptionBudget", "Service"]:
+    assert kinds.count("kubernetes:core/v1:Namespace") == 2  # the controllers' and the agents'
+    for kind in ["DaemonSet", "Deployment", "Role", "RoleBinding", "PodDisruptionBudget", "Service"]:
         assert sum(t.endswith(f":{kind}") for t in kinds) == 1, kind
     out = mocks.outputs(component)
-    assert out["namespace"] == "ha-ops"
+    assert (out["namespace"], out["agent_namespace"]) == ("ha-ops", "ha-ops-agent")
     assert (out["agent_daemonset"], out["controller_deployment"]) == ("ha-ops-agent", "ha-ops-controller")
     assert out["priority_classes"] == ["critical", "normal", "preemptible-training"]
     assert out["images"] == {"agent": AGENT_IMAGE, "controller": CONTROLLER_IMAGE}
@@ -128,7 +129,7 @@ def test_the_agent_may_write_only_its_own_nodes_gpu_condition(mocks: Harness) ->
                              {"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"]}]  # fmt: skip
     policy = obj(mocks, "ValidatingAdmissionPolicy", "ha-ops-agent-own-node")["spec"]
     assert policy["matchConditions"][0]["expression"] == (
-        "request.userInfo.username == 'system:serviceaccount:ha-ops:ha-ops-agent'")  # fmt: skip
+        "request.userInfo.username == 'system:serviceaccount:ha-ops-agent:ha-ops-agent'")  # fmt: skip
     assert "authentication.kubernetes.io/node-name" in policy["validations"][0]["expression"]
     binding = obj(mocks, "ValidatingAdmissionPolicyBinding", "ha-ops-agent-own-node")["spec"]
     assert binding == {"policyName": "ha-ops-agent-own-node", "validationActions": ["Deny"]}
@@ -270,6 +271,11 @@ def _policies(mocks: Harness) -> dict[str, dict[str, Any]]:
     return {r.inputs["metadata"]["name"]: r.inputs["spec"] for r in found}
 
 
+def _policy_namespaces(mocks: Harness) -> dict[str, str]:
+    found: list[Registered] = mocks.of_type("kubernetes:networking.k8s.io/v1:NetworkPolicy")
+    return {r.inputs["metadata"]["name"]: r.inputs["metadata"]["namespace"] for r in found}
+
+
 def test_network_policies_deny_by_default_and_allow_only_what_is_needed(mocks: Harness) -> None:
     spec = example("production.yaml")
     build(mocks, spec, config=K8sLayerConfig(api_server_cidrs=["10.0.0.10/32"]))
@@ -277,9 +283,14 @@ def test_network_policies_deny_by_default_and_allow_only_what_is_needed(mocks: H
     agent = obj(mocks, "DaemonSet", "ha-ops-agent")["spec"]["template"]["metadata"]["labels"]
     controller = obj(mocks, "Deployment", "ha-ops-controller")["spec"]["template"]["metadata"]["labels"]
 
-    assert policies["default-deny"] == {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}
-    dns = policies["allow-dns"]["egress"][0]
-    assert {(p["port"], p["protocol"]) for p in dns["ports"]} == {(53, "UDP"), (53, "TCP")}
+    for prefix in ("", "agents-"):  # in both namespaces
+        assert policies[f"{prefix}default-deny"] == {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}
+        dns = policies[f"{prefix}allow-dns"]["egress"][0]
+        assert {(p["port"], p["protocol"]) for p in dns["ports"]} == {(53, "UDP"), (53, "TCP")}
+    assert {n: ns for n, ns in _policy_namespaces(mocks).items() if n.startswith("agents-")} == dict.fromkeys(
+        ["agents-default-deny", "agents-allow-dns", "agents-to-controller", "agents-to-apiserver",
+         "agents-prometheus-scrape"], "ha-ops-agent")  # fmt: skip
+    assert {ns for n, ns in _policy_namespaces(mocks).items() if not n.startswith("agents-")} == {"ha-ops"}
 
     def allows(name: str, direction: str, pods: dict[str, str]) -> set[int]:
         policy = policies[name]
@@ -289,19 +300,27 @@ def test_network_policies_deny_by_default_and_allow_only_what_is_needed(mocks: H
 
     # The API (mutual TLS) and the enrollment port.
     assert allows("agents-to-controller", "egress", agent) == {8800, 8801}
-    assert selects(policies["agents-to-controller"]["egress"][0]["to"][0]["podSelector"], controller)
+    # Across the two namespaces: the controllers' pods in theirs, the agents' in theirs.
+    [to_controllers] = policies["agents-to-controller"]["egress"][0]["to"]
+    assert selects(to_controllers["podSelector"], controller)
+    assert to_controllers["namespaceSelector"] == {"matchLabels": {"kubernetes.io/metadata.name": "ha-ops"}}
     assert allows("controller-from-agents", "ingress", controller) == {8800, 8801}
-    assert selects(policies["controller-from-agents"]["ingress"][0]["from"][0]["podSelector"], agent)
-    assert allows("prometheus-scrape", "ingress", agent) == {spec.monitoring.agent_port, 8800, 8801}
-    assert allows("prometheus-scrape", "ingress", controller) == {spec.monitoring.agent_port, 8800, 8801}
-    scraper = policies["prometheus-scrape"]["ingress"][0]["from"][0]
-    assert scraper["namespaceSelector"] == {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}
-    assert allows("controller-to-apiserver", "egress", controller) == {443, 6443}
-    assert policies["controller-to-apiserver"]["egress"][0]["to"] == [{"ipBlock": {"cidr": "10.0.0.10/32"}}]
+    [from_agents] = policies["controller-from-agents"]["ingress"][0]["from"]
+    assert selects(from_agents["podSelector"], agent)
+    assert from_agents["namespaceSelector"] == {"matchLabels": {"kubernetes.io/metadata.name": "ha-ops-agent"}}
+    assert allows("agents-prometheus-scrape", "ingress", agent) == {spec.monitoring.agent_port}
+    assert allows("prometheus-scrape", "ingress", controller) == {8800, 8801}
+    for name in ("prometheus-scrape", "agents-prometheus-scrape"):
+        scraper = policies[name]["ingress"][0]["from"][0]
+        assert scraper["namespaceSelector"] == {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}
+    for name, pods in (("controller-to-apiserver", controller), ("agents-to-apiserver", agent)):
+        assert allows(name, "egress", pods) == {443, 6443}
+        assert policies[name]["egress"][0]["to"] == [{"ipBlock": {"cidr": "10.0.0.10/32"}}]
     assert allows("controller-to-monitoring", "egress", controller) == {9090, 9093}
-    # The agent may reach nothing but the controller (and DNS).
-    agent_egress = [n for n, p in policies.items() if "egress" in p and selects(p["podSelector"], agent)]
-    assert sorted(agent_egress) == ["agents-to-controller", "allow-dns"]
+    # The agent may reach nothing but the controller, the API server (its node's condition) and DNS.
+    agent_egress = [n for n, p in policies.items() if "egress" in p and selects(p["podSelector"], agent)
+                    and _policy_namespaces(mocks)[n] == "ha-ops-agent"]  # fmt: skip
+    assert sorted(agent_egress) == ["agents-allow-dns", "agents-to-apiserver", "agents-to-controller"]
 
 
 def test_the_alert_rules_and_scraping_are_the_prometheus_operators_by_default(mocks: Harness) -> None:

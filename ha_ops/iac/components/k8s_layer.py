@@ -66,6 +66,7 @@ def _resource(name: str, obj: m.LayerObject, opts: pulumi.ResourceOptions) -> pu
 
 class ClusterK8sLayer(pulumi.ComponentResource):
     namespace: pulumi.Output[str]
+    agent_namespace: pulumi.Output[str]
     agent_daemonset: pulumi.Output[str]
     controller_deployment: pulumi.Output[str]
     network_policies: pulumi.Output[list[str]]
@@ -92,6 +93,7 @@ class ClusterK8sLayer(pulumi.ComponentResource):
             return made[kind, obj_name].metadata.apply(lambda meta: meta.name)  # type: ignore[attr-defined]
 
         self.namespace = name_of("Namespace", cfg.namespace)
+        self.agent_namespace = name_of("Namespace", cfg.agent_namespace)
         self.agent_daemonset = name_of("DaemonSet", m.AGENT)
         self.controller_deployment = name_of("Deployment", m.CONTROLLER)
         self.network_policies = pulumi.Output.from_input(sorted(o.name for o in objects if o.kind == "NetworkPolicy"))
@@ -100,6 +102,7 @@ class ClusterK8sLayer(pulumi.ComponentResource):
         self.register_outputs(
             {
                 "namespace": self.namespace,
+                "agent_namespace": self.agent_namespace,
                 "agent_daemonset": self.agent_daemonset,
                 "controller_deployment": self.controller_deployment,
                 "controller_url": m.controller_url(spec, cfg),
