@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import random
 import signal
 import threading
@@ -26,7 +27,7 @@ from pathlib import Path
 from ha_ops.gpu.backend import GpuBackend
 from ha_ops.gpu.types import GpuEvent, GpuSample
 from ha_ops.health.checks import EventLedger, evaluate, stable_reason
-from ha_ops.health.config import AgentConfig
+from ha_ops.health.config import MAX_HEARTBEAT_S, AgentConfig
 from ha_ops.health.exporter import AgentCollector
 from ha_ops.health.model import HealthState, Verdict
 from ha_ops.health.report import AgentReport, build_report
@@ -41,7 +42,8 @@ MIN_STALL_S = 60.0
 
 log = logging.getLogger(__name__)
 
-Poster = Callable[[AgentReport], None]
+# Sends a report to the controllers; returns the accepting one's answer (a mapping; anything else is ignored).
+Poster = Callable[[AgentReport], object]
 # Writes the node's condition from a verdict (on Kubernetes: GpuHealthy); raises when it cannot.
 ConditionWriter = Callable[[Verdict], None]
 
@@ -102,6 +104,8 @@ class Agent:
         self.agent_id = uuid.uuid4().hex[:12]
         self.seq = 0
         self._last_report_at = 0.0
+        # The controller asks a large fleet to beat less often (remediation/heartbeats.py); never more often.
+        self._heartbeat_s = config.controller.heartbeat_s
         self._report_pending = False
         self._unaccepted_since: float | None = None  # the first report no controller accepted, since the last one did
         self._pending: list[GpuEvent] = []
@@ -205,7 +209,7 @@ class Agent:
             log.warning("node condition not written: %s", exc)
 
     def _report(self, verdict: Verdict, changed: bool, now: float) -> None:
-        due = now - self._last_report_at >= self.config.controller.heartbeat_s
+        due = now - self._last_report_at >= self._heartbeat_s
         if not (changed or due or self._report_pending):
             return
         self.seq += 1
@@ -217,7 +221,8 @@ class Agent:
         report = build_report(self.config.node, self.seq, self.agent_id, now, verdict, self.samples, driver)
         try:
             assert self.poster is not None
-            self.poster(report)
+            answer = self.poster(report)
+            self._heartbeat_s = told_heartbeat(answer, self.config.controller.heartbeat_s)
             self._last_report_at = now
             self._report_pending = False
             self._unaccepted_since = None
@@ -350,3 +355,12 @@ class Agent:
             if server is not None:
                 server.shutdown()  # type: ignore[attr-defined]
             self.backend.close()
+
+
+def told_heartbeat(answer: object, own_s: float) -> float:
+    """The heartbeat a controller's answer asks for: never under the agent's own, never over MAX_HEARTBEAT_S; the
+    agent's own where the answer says none (an older controller)."""
+    told = answer.get("heartbeat_s") if isinstance(answer, dict) else None
+    if isinstance(told, bool) or not isinstance(told, int | float) or not math.isfinite(told):
+        return own_s
+    return min(MAX_HEARTBEAT_S, max(own_s, float(told)))

@@ -12,6 +12,10 @@ from ha_ops.security.tls import INSECURE_WITHOUT_TLS, Enrollment, TlsFiles
 from ha_ops.util.models import ConfigModel
 from ha_ops.util.names import BaseUrl, NodeName
 
+# However large the fleet, an agent beats at least this often: one that beats less often is a silent one (the
+# controller's remediation/heartbeats.py asks a large fleet for longer heartbeats, up to this).
+MAX_HEARTBEAT_S = 600.0
+
 
 class MetricsConfig(ConfigModel):
     address: str = "0.0.0.0"
@@ -52,7 +56,8 @@ class ControllerReporting(ConfigModel):
         description="With renew, on Kubernetes: get the first certificate (or one after an expiry) from the "
         "controllers' enrollment port with the pod's service account token.",
     )
-    heartbeat_s: float = Field(10.0, gt=0, description="Resend the current report at least this often.")
+    heartbeat_s: float = Field(10.0, gt=0, le=MAX_HEARTBEAT_S, description="Resend the current report this often, "
+                               "or less often where the controller's answer asks (a large fleet).")  # fmt: skip
     fallback_after_s: float | None = Field(
         30.0,
         gt=0,

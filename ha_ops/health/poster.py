@@ -8,6 +8,7 @@ import json
 import ssl
 import threading
 import urllib.parse
+from typing import Any
 
 from ha_ops.health.report import AgentReport
 from ha_ops.security.tls import CertificateContext, ReloadingContext
@@ -24,8 +25,8 @@ class _KeptConnections:
         self.source = (source_address, 0) if source_address else None
         self._open: dict[str, http.client.HTTPConnection] = {}
 
-    def post(self, url: str, body: bytes) -> int:
-        """The answer's status (its body read, so the connection can carry the next request)."""
+    def post(self, url: str, body: bytes) -> tuple[int, bytes]:
+        """The answer's status and body (read whole, so the connection can carry the next request)."""
         parts = urllib.parse.urlsplit(url)
         conn = self._open.pop(url, None)
         reused = conn is not None
@@ -35,7 +36,7 @@ class _KeptConnections:
             try:
                 conn.request("POST", parts.path or "/", body, {"Content-Type": "application/json"})
                 response = conn.getresponse()
-                response.read()
+                answer = response.read()
             except (OSError, http.client.HTTPException) as exc:
                 conn.close()
                 # A kept connection the controller closed meanwhile (its idle deadline, a restart) fails the next
@@ -51,7 +52,7 @@ class _KeptConnections:
                 conn.close()
             else:
                 self._open[url] = conn
-            return response.status
+            return response.status, answer
 
     def close(self) -> None:
         for conn in self._open.values():
@@ -79,14 +80,15 @@ class HttpPoster:
         self.connections = _KeptConnections(timeout, context, source_address)
         self.lock = threading.Lock()
 
-    def __call__(self, report: AgentReport) -> None:
+    def __call__(self, report: AgentReport) -> dict[str, Any]:
+        """The accepting controller's answer (its JSON object; {} if it is none)."""
         body = json.dumps(report.to_json()).encode()
         errors = []
         with self.lock:
             order = self.order
             for url in list(order):
                 try:
-                    status = self.connections.post(url, body)
+                    status, answer = self.connections.post(url, body)
                 except OSError as exc:
                     # No answer (down, or frozen): try it last from now on, so one dead controller costs one timeout.
                     errors.append(f"{url}: {exc}")
@@ -98,9 +100,17 @@ class HttpPoster:
                     continue
                 order.remove(url)
                 order.insert(0, url)
-                return
+                return _object(answer)
         raise ConnectionError("no controller accepted the report: " + "; ".join(errors))
 
     def close(self) -> None:
         with self.lock:
             self.connections.close()
+
+
+def _object(body: bytes) -> dict[str, Any]:
+    try:
+        answer = json.loads(body)
+    except ValueError:  # (UnicodeDecodeError too)
+        return {}
+    return answer if isinstance(answer, dict) else {}

@@ -10,7 +10,7 @@ import yaml
 from ha_ops.gpu.fake import FakeGpus
 from ha_ops.lab import tls
 from ha_ops.lab.context import LabContext, ServiceDef
-from ha_ops.lab.controllers import base_urls
+from ha_ops.lab.controllers import LAB_HEARTBEAT_S, base_urls
 
 LAB_SWEEP_INTERVAL_S = 0.5
 
@@ -36,7 +36,7 @@ def render_config(ctx: LabContext, node: str, report_to_controllers: bool = True
         "slurm": {"enabled": True, "auto_resume": True, "resume_after_healthy_sweeps": 2},
         "controller": {
             "urls": urls,
-            "heartbeat_s": 5.0,
+            "heartbeat_s": LAB_HEARTBEAT_S,
             "timeout_s": 1.0,
             "fallback_after_s": 5.0,
             **(

@@ -29,6 +29,8 @@ _LAB_FENCE = (
     'then kill -KILL "$pid" && echo "killed slurmctld $pid"; else echo "no slurmctld running"; exit 3; fi'
 )
 
+LAB_HEARTBEAT_S = 5.0  # the lab's agents' heartbeat (lab/agents.py): its controllers' windows follow it
+
 
 def state_dir(ctx: LabContext) -> Path:
     """The controllers' shared state (lease, state, audit log) as the controller nodes see it. On MooseFS where the lab
@@ -132,6 +134,7 @@ def render_config(ctx: LabContext, node: str) -> dict:
         "node_poll_s": 1.0,
         # The lab's agents report every 5 s, each report 1 s late when it first tries a controller cut off from it:
         # at 10 s a leaf cut off had its nodes found lost in 2 of 4 runs on a busy machine (reports starved of CPU).
+        "heartbeats": {"min_s": LAB_HEARTBEAT_S},  # (so the windows below are checked against it)
         "agent_silence_s": 15.0,
         # Over one agent's heartbeat (5 s) plus its report's timeout to a cut-off controller (1 s) and a sweep: a
         # controller that hears only its own side's agents (a leaf cut off) hears each of them within it. At 4 s the

@@ -4,7 +4,7 @@ how to reach nodes. Unknown keys are rejected."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -13,11 +13,20 @@ from ha_ops.monitoring.web import MonitoringClient
 from ha_ops.remediation.audit_sink import AuditSinkConfig
 from ha_ops.remediation.certificates import CertificatesConfig
 from ha_ops.remediation.fence_config import SlurmFence
+from ha_ops.remediation.heartbeats import (
+    DEFAULT_AGENT_SILENCE_S,
+    DEFAULT_BLIND_AFTER_S,
+    Heartbeats,
+    default_windows,
+    fleet_size,
+    heartbeat_s,
+    window_problems,
+)
 from ha_ops.security.tls import INSECURE_WITHOUT_TLS, TlsFiles
 from ha_ops.util.command_template import GpuCommand, NodeCommand
 from ha_ops.util.http_front import Limits
 from ha_ops.util.models import ConfigModel
-from ha_ops.util.names import NodeName
+from ha_ops.util.names import BaseUrl, NodeName
 from ha_ops.util.yamlconfig import load_model
 
 
@@ -136,8 +145,10 @@ class NodeAccess(ConfigModel):
 class MonitoringWatch(ConfigModel):
     """The controller watches the monitoring it otherwise depends on: a dead man's switch for Prometheus."""
 
-    prometheus_url: str = Field(description="Prometheus base URL; `/-/healthy` is polled.")
-    alertmanager_url: str | None = Field(None, description="Where HaOpsPrometheusDown is raised.")
+    # Base URLs (http or https, a host; no query or credentials), as the agents' controller URLs: an address that is
+    # no URL was accepted and only failed at every poll, as "monitoring down" (issue 44, finding 8)
+    prometheus_url: BaseUrl = Field(description="Prometheus base URL; `/-/healthy` is polled.")
+    alertmanager_url: BaseUrl | None = Field(None, description="Where HaOpsPrometheusDown is raised.")
     client: MonitoringClient | None = Field(
         None,
         description="The controller's certificate and the monitoring password, where Prometheus and "
@@ -209,7 +220,7 @@ class ControllerConfig(ConfigModel):
     port: int = Field(8800, ge=1, le=65535)
     api: Limits = Field(default_factory=Limits, description="What one caller may hold of the API server: deadlines "
                         "and caps per address and per certificate (ha_ops.util.http_front).")  # fmt: skip
-    peers: list[str] = Field(default_factory=list, description="Other controllers' base URLs (to name the leader).")
+    peers: list[BaseUrl] = Field(default_factory=list, description="Other controllers' base URLs (to name the leader).")
     state_dir: Path | None = Field(
         None,
         description="Shared storage both controllers see: lease, state, audit log. Not needed when the lease and "
@@ -249,12 +260,14 @@ class ControllerConfig(ConfigModel):
     lease_ttl_s: float = Field(3.0, gt=0, le=3600)
     lease_renew_s: float = Field(1.0, gt=0, le=3600)
     lease_margin_s: float = Field(0.5, ge=0, le=3600)
+    heartbeats: Heartbeats = Field(default_factory=Heartbeats, description="How often the agents are asked to "
+                                   "beat, scaled to the fleet (ha_ops.remediation.heartbeats).")  # fmt: skip
     blind_after_s: float = Field(
-        15.0,
+        DEFAULT_BLIND_AFTER_S,
         gt=0,
         description="A controller that has heard no agent for this long while another controller has is blind: as "
-        "the leader it steps down, as the standby it does not take the lease. Over the agents' heartbeat "
-        "(controller.heartbeat_s), so that a leader that can hear agents hears every live one within it.",
+        "the leader it steps down, as the standby it does not take the lease. Over the agents' heartbeat, so that a "
+        "leader that can hear agents hears every live one within it (unset: 1.5 heartbeats, 15 s at least).",
     )
     tick_s: float = Field(0.2, gt=0)
     state_snapshots: StateSnapshots = StateSnapshots()
@@ -283,7 +296,10 @@ class ControllerConfig(ConfigModel):
     slurm_timeout_s: float = 10.0
     node_poll_s: float = Field(2.0, gt=0, description="How often Slurm's node states are read (lost nodes).")
     agent_silence_s: float = Field(
-        30.0, gt=0, description="No agent report for this long, and Slurm finds the node not responding: it is lost."
+        DEFAULT_AGENT_SILENCE_S,
+        gt=0,
+        description="No agent report for this long, and the scheduler finds the node not responding: it is lost "
+        "(unset: 3 heartbeats, 30 s at least).",
     )
     observer_quorum: float = Field(
         0.5,
@@ -316,6 +332,16 @@ class ControllerConfig(ConfigModel):
         """Every node of every pool, spares included."""
         return {n for pool in self.pools.values() for n in (*pool.nodes, *pool.spares)}
 
+    @model_validator(mode="before")
+    @classmethod
+    def _windows_for_the_fleet(cls, data: Any) -> Any:
+        return default_windows(data)
+
+    @property
+    def agent_heartbeat_s(self) -> float:
+        """The heartbeat the agents are asked for, in the answers to their reports."""
+        return heartbeat_s(fleet_size(self.pools), self.heartbeats)
+
     @model_validator(mode="after")
     def _state_somewhere(self) -> ControllerConfig:
         k8s = self.kubernetes
@@ -331,6 +357,9 @@ class ControllerConfig(ConfigModel):
         enrolling = self.certificates is not None and self.certificates.enrollment is not None
         if enrolling and self.kubernetes is None:
             raise ValueError("certificates.enrollment: needs kubernetes (tokens are reviewed by its API server)")
+        if problems := window_problems(self.blind_after_s, self.agent_silence_s, self.agent_heartbeat_s,
+                                       fleet_size(self.pools)):  # fmt: skip
+            raise ValueError("; ".join(problems))
         if self.agent_silence_s <= self.blind_after_s:
             # Silence counts from when the leader's view became whole again: this is its settle window after a mend.
             raise ValueError(f"agent_silence_s ({self.agent_silence_s:g}) must be over blind_after_s "

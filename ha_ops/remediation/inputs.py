@@ -50,7 +50,8 @@ class Inputs(Runnable):
         answer = self.term.decide(decide)
         if began:
             self._name_burst_job(began[0])
-        return answer
+        # The heartbeat this fleet's agents are asked for (remediation/heartbeats.py): a change is still sent at once.
+        return {**answer, "heartbeat_s": self.config.agent_heartbeat_s}
 
     def _name_burst_job(self, burst_id: str) -> None:
         """A burst of application XIDs began: ask the scheduler once which job runs on its nodes (a crashed job may

@@ -46,6 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from ha_ops.health.poster import HttpPoster
 from ha_ops.health.report import AgentReport
+from ha_ops.remediation.heartbeats import Heartbeats, heartbeat_s
 from ha_ops.security import tls
 from ha_ops.security.pki import CertificateAuthority
 from ha_ops.security.tls import ReloadingContext, TlsFiles
@@ -144,6 +145,7 @@ def generate(port: int, first: int, last: int, count: int, phases: list[tuple[fl
     posters = {i: HttpPoster([url], 2.0, ReloadingContext(files(node_name(i)), server=False), loopback_address(i))
                for i in mine}  # fmt: skip
     seqs = dict.fromkeys(mine, 0)
+    told: set[float] = set()  # the heartbeats the controller's answers asked for
 
     def send(i: int) -> str | None:
         seqs[i] += 1
@@ -151,7 +153,7 @@ def generate(port: int, first: int, last: int, count: int, phases: list[tuple[fl
         report = AgentReport(node=name, seq=seqs[i], agent_id=f"bench-{name}", sent_at=time.time(), state="healthy",
                              action="none", reason="healthy")  # fmt: skip
         try:
-            posters[i](report)
+            told.add(posters[i](report).get("heartbeat_s", 0.0))
             return None
         except OSError as exc:
             return str(exc)[:200]
@@ -184,7 +186,7 @@ def generate(port: int, first: int, last: int, count: int, phases: list[tuple[fl
     started = time.monotonic()
     _, errors = run([(started, i) for i in mine])  # connect and report once, as fast as it goes
     print(json.dumps({"phase": "connect", "seconds": time.monotonic() - started, "errors": errors[:5],
-                      "failed": len(errors)}), flush=True)  # fmt: skip
+                      "failed": len(errors), "told": sorted(told)}), flush=True)  # fmt: skip
     for interval, seconds in phases:
         start = time.monotonic() + float(sys.stdin.readline()) - time.time()
         schedule = sorted((start + (i / count) * interval + k * interval, i)
@@ -197,7 +199,7 @@ def generate(port: int, first: int, last: int, count: int, phases: list[tuple[fl
 
 
 # --- the benchmark -------------------------------------------------------------------------------------------------
-def measure(count: int, seconds: float, interval: float, find_max: bool) -> dict[str, float]:
+def measure(count: int, seconds: float, interval: float | None, find_max: bool) -> dict[str, float]:
     certificates(count)
     with tempfile.TemporaryDirectory(dir="/var/tmp", prefix="ha-ops-ingest-") as tmp:
         folder = Path(tmp)
@@ -206,6 +208,10 @@ def measure(count: int, seconds: float, interval: float, find_max: bool) -> dict
         generators: list[subprocess.Popen] = []  # type: ignore[type-arg]
         try:
             _wait_leading(port, folder)
+            # The heartbeat the controller asks of this fleet (remediation/heartbeats.py: 10 s up to 5,000 nodes,
+            # then longer), unless --interval sets one.
+            asked = heartbeat_s(count, Heartbeats())
+            interval = interval or asked
             # A first interval not measured: every agent's connection kept since its first report (a connect phase
             # longer than the server's idle_s ends with the first connections closed, and their agents connect again).
             phases = [(interval, interval), (interval, seconds)]
@@ -219,9 +225,12 @@ def measure(count: int, seconds: float, interval: float, find_max: bool) -> dict
                                            stdout=subprocess.PIPE, text=True) for a, b in bounds]  # fmt: skip
             connects = [json.loads(_line(g)) for g in generators]
             failed = sum(c["failed"] for c in connects)
+            told = sorted({t for c in connects for t in c["told"]})
             print(f"  {count} nodes ({len(generators)} generator processes) connected and reported once in "
                   f"{max(c['seconds'] for c in connects):.1f} s ({failed} failed "
-                  f"{[e for c in connects for e in c['errors']][:2]})", flush=True)  # fmt: skip
+                  f"{[e for c in connects for e in c['errors']][:2]}); the controller's answers asked for a "
+                  f"heartbeat of {told} s", flush=True)  # fmt: skip
+            assert told == [asked], f"the controller asked for {told}, the bench expected {asked}"
             result: dict[str, float] = {}
             for phase_index, (phase_interval, phase_seconds) in enumerate(phases):
                 start = time.time() + 1.0
@@ -320,7 +329,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nodes", type=int, nargs="+", default=[1500, 5000, 25000])
     parser.add_argument("--seconds", type=float, default=60.0, help="steady heartbeats measured (default 60)")
-    parser.add_argument("--interval", type=float, default=10.0, help="each node's heartbeat (the agent's 10 s)")
+    parser.add_argument("--interval", type=float, default=None, help="each node's heartbeat (default: what the "
+                        "controller asks of the fleet in its answers, remediation/heartbeats.py)")  # fmt: skip
     parser.add_argument("--find-max", action="store_true", help="then raise the rate until p99 passes 250 ms")
     args = parser.parse_args()
     results = {}

@@ -1006,6 +1006,7 @@ def k8s_controller_config(klab: Lab, me: str, ports: dict[str, int], kubeconfig:
         "pools": {"gpu": {"nodes": [n.name for n in gpus if not n.spare], "spares": [n.name for n in gpus if n.spare]}},
         "ladder": LAB_LADDER, "node_poll_s": 1.0,
         "agent_silence_s": 15.0, "blind_after_s": 8.0,  # as the lab's: the agents below report every second
+        "heartbeats": {"min_s": 1.0},
         "access": {
             "ssh_key": str(client_key(klab.ctx)), "known_hosts": str(known_hosts(klab.ctx)),
             "addresses": {n.name: str(mgmt.address(klab.ctx, n.name)) for n in gpus},

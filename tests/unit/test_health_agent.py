@@ -412,6 +412,29 @@ def test_controller_mode_reports_on_change_and_heartbeat_and_never_calls_slurm(g
     assert slurm.calls == []
 
 
+def test_an_agent_told_a_longer_heartbeat_beats_at_it_and_still_reports_a_change_at_once(gpus: FakeGpus) -> None:
+    """Issue 43: a controller of a large fleet answers `heartbeat_s` 50 (remediation/heartbeats.py)."""
+
+    class Told(Recorder):
+        def __call__(self, report: AgentReport) -> dict[str, float]:  # type: ignore[override]
+            super().__call__(report)
+            return {"heartbeat_s": 50.0}
+
+    slurm, poster, clock = StubSlurm(), Told(), Clock()
+    agent = controller_agent(gpus, slurm, poster, clock)  # (its own heartbeat_s: 30)
+    sweep(agent)
+    clock.tick(35)
+    sweep(agent)
+    assert len(poster.reports) == 1  # its own 30 s passed, the 50 s it was told not yet
+    clock.tick(15)
+    sweep(agent)
+    assert len(poster.reports) == 2  # 50 s
+    clock.tick(1)
+    gpus.fall_off_bus(2)
+    sweep(agent)
+    assert len(poster.reports) == 3 and poster.reports[2].state == HealthState.UNHEALTHY  # a change: at once
+
+
 def test_a_failed_report_stays_pending_and_is_resent_next_sweep(gpus: FakeGpus) -> None:
     slurm, poster, clock = StubSlurm(), Recorder(), Clock()
     agent = controller_agent(gpus, slurm, poster, clock)

@@ -261,3 +261,15 @@ def test_tls_handshake_deadline_identity_cap_and_the_agent_poster_keeping_its_co
         second.close()
         third.close()
         poster.close()
+
+
+def test_the_agents_poster_returns_the_accepting_controllers_answer(pki: dict[str, TlsFiles]) -> None:
+    """The answer carries the heartbeat the controller asks for (issue 43): a JSON object is returned as it is, any
+    other answer as {}."""
+    with front(Echo(), Limits(), ReloadingContext(pki["server"], server=True)) as server:
+        port = server.server_address[1]
+        report = AgentReport(node="n1", seq=1, agent_id="a", sent_at=0.0, state="healthy", action="none", reason="")
+        for path, answer in (("/healthz", {"ok": True}), ("/v1/reports", {})):  # (Echo's text: no object)
+            poster = HttpPoster([f"https://127.0.0.1:{port}{path}"], 5.0, ReloadingContext(pki["n1"], server=False))
+            assert poster(report) == answer, path
+            poster.close()

@@ -209,6 +209,7 @@ def test_report_persists_intents_before_anything_runs(rig: Rig) -> None:
         "ignored": "",
         "notes": [],
         "intents": ["drain n1", "spare_in s1", "requeue_jobs n1"],
+        "heartbeat_s": 10.0,  # the heartbeat its agents are asked for (remediation/heartbeats.py)
     }
     assert rig.executor.calls == []
     state = rig.state()

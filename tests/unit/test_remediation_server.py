@@ -183,6 +183,7 @@ def test_valid_report(api: Api, leader: Controller) -> None:
         "ignored": "",
         "notes": [],
         "intents": ["drain n1", "spare_in s1", "requeue_jobs n1"],
+        "heartbeat_s": 10.0,  # the heartbeat its agents are asked for (remediation/heartbeats.py)
     }
     state = json.loads((api.state_dir / "state.json").read_text())
     assert [i["kind"] for i in state["intents"]] == ["drain", "spare_in", "requeue_jobs"]  # persisted before answering
