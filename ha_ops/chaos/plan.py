@@ -21,6 +21,7 @@ log = logging.getLogger(__name__)
 
 
 UNSET: Any = object()
+MAX_WAIT_S = 86_400.0  # the longest a game day waits for one thing (a fault's detection and recovery, a pause)
 
 
 class Condition(ConfigModel):
@@ -106,7 +107,8 @@ class PlannedFault(ConfigModel):
     recover_while_faulted: bool = Field(
         False, description="Recovery must come while the fault lasts, not from the experiment's rollback."
     )
-    timeout_s: float = Field(60.0, gt=0)
+    # A day at most, as the pause between faults: 1e308 s was accepted, and slept on (issue 44, finding 8)
+    timeout_s: float = Field(60.0, gt=0, le=MAX_WAIT_S)
 
 
 class Limits(ConfigModel):
@@ -123,7 +125,7 @@ class GameDayPlan(ConfigModel):
     )
     settle_timeout_s: float = Field(120.0, gt=0)
     workload: Workload | None = Field(None, description="Jobs run through each fault: lost or run twice fails it.")
-    pause_between_s: float = Field(3.0, ge=0)
+    pause_between_s: float = Field(3.0, ge=0, le=MAX_WAIT_S)
     faults: list[PlannedFault] = Field(min_length=1)
 
 

@@ -12,6 +12,7 @@ must produce the same objects; split by kind, each part would import the others'
 
 from __future__ import annotations
 
+import copy
 import ipaddress
 from dataclasses import dataclass
 from typing import Any
@@ -263,12 +264,12 @@ def agent_pod_spec(spec: ClusterSpec, cfg: K8sLayerConfig, image: str) -> dict[s
                 "volumeMounts": mounts,
                 "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}},
                 **_agent_probes(spec.monitoring.agent_port),
-                "securityContext": NO_PRIVILEGE,
+                "securityContext": copy.deepcopy(NO_PRIVILEGE),
             }
         ],
         # Non-root (the image's user), the runtime's default seccomp profile: NVML needs neither root nor a
         # capability (agent_pod_security).
-        "securityContext": NON_ROOT,
+        "securityContext": copy.deepcopy(NON_ROOT),
         "volumes": [v for v, _ in (*volumes, *writable)],
     }
 
@@ -402,10 +403,10 @@ def controller_pod_spec(spec: ClusterSpec, cfg: K8sLayerConfig, image: str) -> d
                 ],
                 "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}},
                 # Pod Security `restricted` (issue 44, finding 11): it needs no capability (its ports are over 1024).
-                "securityContext": NO_PRIVILEGE,
+                "securityContext": copy.deepcopy(NO_PRIVILEGE),
             }
         ],
-        "securityContext": NON_ROOT,
+        "securityContext": copy.deepcopy(NON_ROOT),
         "volumes": [v for v, _, _ in volumes],
     }
 

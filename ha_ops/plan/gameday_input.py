@@ -39,13 +39,19 @@ KIND_PATTERNS: tuple[tuple[re.Pattern[str], Kind | None], ...] = (
 )
 
 
+# Over any time a game day measures: it waits for a fault's detection and for its recovery a day at most each
+# (ha_ops.chaos.plan.MAX_WAIT_S).
+MAX_TIME_S = 7 * 86_400.0
+
+
 class _Fault(BaseModel):
-    # A time of `Infinity` (json.loads takes it) would pass `ge=0` and turn the simulator's means into inf and NaN.
+    # A time of `Infinity` (json.loads takes it) would pass `ge=0` and turn the simulator's means into inf and NaN;
+    # so would two of 1e308 s summed (issue 44, finding 8).
     model_config = ConfigDict(extra="allow", allow_inf_nan=False)
     name: str
     verdict: str = ""
-    time_to_detect_s: float | None = Field(None, ge=0)
-    time_to_recover_s: float | None = Field(None, ge=0)
+    time_to_detect_s: float | None = Field(None, ge=0, le=MAX_TIME_S)
+    time_to_recover_s: float | None = Field(None, ge=0, le=MAX_TIME_S)
 
 
 class _Report(BaseModel):

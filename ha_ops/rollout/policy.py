@@ -21,6 +21,9 @@ from ha_ops.spec.load import validation_problems
 _COUNT = re.compile(r"[0-9]+")
 _PERCENT = re.compile(r"([0-9]+(?:\.[0-9]+)?)%")
 REST = "rest"
+# The longest a rollout waits for one thing (a node's jobs, a soak, a burn-in): past what any job or soak takes, a
+# timeout is no timeout (1e308 s was accepted; issue 44, finding 8).
+MAX_WAIT_S = 30 * 86_400.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,7 +129,7 @@ class DrainPolicy(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     mode: Literal["wait", "requeue"] = "wait"
-    timeout_s: float = Field(default=3600.0, gt=0)
+    timeout_s: float = Field(default=3600.0, gt=0, le=MAX_WAIT_S)
 
 
 class RolloutPolicy(BaseModel):
@@ -142,9 +145,9 @@ class RolloutPolicy(BaseModel):
     canary_max_failures: int = Field(default=0, ge=0)
     # A wave halts the rollout when more than this share of its nodes failed (0.1: 2 of 10 halt, 1 of 10 does not).
     wave_max_failure_fraction: float = Field(default=0.1, ge=0, le=1)
-    soak_s: float = Field(default=300.0, ge=0)
+    soak_s: float = Field(default=300.0, ge=0, le=MAX_WAIT_S)
     burn_in_command: str | None = None
-    burn_in_timeout_s: float = Field(default=1800.0, gt=0)
+    burn_in_timeout_s: float = Field(default=1800.0, gt=0, le=MAX_WAIT_S)
     rollback_on_halt: bool = True
 
     @field_validator("waves")

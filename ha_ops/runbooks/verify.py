@@ -49,7 +49,8 @@ class Trigger(ConfigModel):
 
 class Check(Condition):
     claim: str
-    within_s: float = Field(30.0, gt=0)
+    # Within a day at most: a claim "within 1e308 s" was accepted, and could never be found stale (issue 44)
+    within_s: float = Field(30.0, gt=0, le=86_400)
     after_manual: bool = Field(False, description="Checked once the manual steps ran (timed from then).")
 
 
@@ -57,7 +58,7 @@ class ManualStep(ConfigModel):
     step: str
     run: str = Field(description="What the engineer runs on a real cluster (ha_ops.runbooks.placeholders).")
     lab_run: str | None = Field(None, description="Run instead in the lab, only where the lab truly differs.")
-    timeout_s: float = Field(60.0, gt=0)
+    timeout_s: float = Field(60.0, gt=0, le=86_400)  # (as a check's within_s)
 
     @field_validator("run", "lab_run")
     @classmethod

@@ -100,8 +100,9 @@ class NodePool(StrictModel):
     gpu_model: str
     spare_fraction: float = 0.0
     domains: list[HostName]
-    cpus_per_node: int = Field(default=16, ge=1)
-    memory_mb: int = Field(default=65536, ge=256)
+    # Bounded by what any one machine has (64 Ki CPUs, 64 TiB): 2**63 was accepted and written into slurm.conf
+    cpus_per_node: int = Field(default=16, ge=1, le=65_536)
+    memory_mb: int = Field(default=65536, ge=256, le=64 * 2**20)
     nodes: list[PoolNode] = Field(default_factory=list, max_length=100_000)
 
     @model_validator(mode="before")
@@ -202,7 +203,7 @@ class Remediation(StrictModel):
     dry_run: bool = False
     breaker_max_nodes: int = Field(default=2, ge=1)
     breaker_max_fraction: float = Field(default=0.5, gt=0, le=1)
-    breaker_window_s: float = Field(default=600.0, gt=0)
+    breaker_window_s: float = Field(default=600.0, gt=0, le=7 * 86_400)  # (a week; 1e308 s was accepted)
     min_healthy_fraction: float = Field(default=0.5, ge=0, le=1)
     max_cordons_per_minute: int = Field(default=10, ge=1)
     opt_out: list[HostName] = Field(default_factory=list)

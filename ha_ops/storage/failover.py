@@ -25,9 +25,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import AfterValidator, Field, field_validator
 
 from ha_ops.remediation.audit import AuditLog
 from ha_ops.remediation.config import NodeAccess
@@ -44,14 +44,34 @@ CLIENT_PORT = 9421  # MooseFS: the master's port for clients
 CHUNKSERVER_PORT = 9422  # MooseFS: the chunkservers' port for clients, open whether or not a master answers
 
 
+def _one_word(value: str) -> str:
+    """A host's name or address is one word: `gpu7;touch /tmp/x;#` or a name with a newline was accepted, and then
+    probed and fenced over ssh as written (issue 44, finding 8)."""
+    if any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in value):
+        raise ValueError(f"{value[:80]!r} is not a host name or address (a space or control character)")
+    return value
+
+
+def _host_port(value: str) -> str:
+    """`host` or `host:port`, the port one that exists (99999 raised OverflowError in the probe's thread)."""
+    host, _, port = _one_word(value).rpartition(":")
+    if host and port.isdigit() and not (port.isascii() and 0 < int(port) <= 65535):
+        raise ValueError(f"{value[:80]!r}: port {port} does not exist (1 to 65535)")
+    return value
+
+
+Host = Annotated[str, Field(min_length=1), AfterValidator(_one_word)]
+HostPort = Annotated[str, Field(min_length=1), AfterValidator(_host_port)]
+
+
 class FailoverConfig(ConfigModel):
     """`ha-ops storage watch --config FILE`: one watcher, on the metalogger's host."""
 
     id: str = Field(min_length=1, description="This watcher's name in the audit log (its host).")
-    master_host: str = Field(min_length=1, description="The host running the master: fenced on loss.")
-    master_address: str = Field(min_length=1, description="The master's service address (what clients mount).")
+    master_host: Host = Field(description="The host running the master: fenced on loss.")
+    master_address: Host = Field(description="The master's service address (what clients mount).")
     master_port: int = Field(CLIENT_PORT, ge=1, le=65535)
-    peers: list[str] = Field(
+    peers: list[HostPort] = Field(
         min_length=1,
         description="host:port this watcher must mostly reach to trust its own view (the chunkservers' 9422): one "
         "that reaches no majority is cut off itself and promotes nothing.",
@@ -79,6 +99,18 @@ class FailoverConfig(ConfigModel):
     state_dir: Path = Field(description="Local disk (not the shared storage): the audit log and the promoted mark.")
     access: NodeAccess = NodeAccess()
     dry_run: bool = Field(False, description="Decide and audit; fence and promote nothing.")
+
+    @field_validator("peers")
+    @classmethod
+    def _each_peer_once(cls, peers: list[str]) -> list[str]:
+        """A peer listed twice (`cs1` and `cs1:9422` too) counts twice toward the majority that lets this watcher
+        trust its own view: a watcher reaching that one chunkserver alone would promote."""
+        seen: dict[tuple[str, int], str] = {}
+        for peer in peers:
+            if (where := _split(peer)) in seen:
+                raise ValueError(f"{peer} is listed twice (also as {seen[where]}): a majority counts each peer once")
+            seen[where] = peer
+        return peers
 
 
 def load_failover_config(path: Path) -> FailoverConfig:

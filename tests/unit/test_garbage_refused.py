@@ -180,3 +180,82 @@ def test_probe_arguments_the_probe_cannot_take_are_refused_when_the_plan_loads(
     with pytest.raises(SpecError) as refused:
         load_plan(path)
     assert any(p.startswith("faults[0].detect") and why in p for p in refused.value.problems), refused.value.problems
+
+
+# Found by the fuzz's oracles (tests/unit/fuzz_oracles.py): more of finding 8's kinds, accepted until then.
+
+
+@pytest.mark.parametrize(
+    ("fields", "named"),
+    [({"peers": ["ctl2:8800"]}, r"peers\.0\n"),
+     ({"monitoring": {"prometheus_url": "10.0.0.9:9090"}}, r"monitoring\.prometheus_url\n"),
+     ({"monitoring": {"prometheus_url": "http://m:9090", "alertmanager_url": "m:9093 "}},
+      r"monitoring\.alertmanager_url\n")],
+)  # fmt: skip
+def test_the_controllers_peer_and_monitoring_urls_are_urls(tmp_path: Path, fields: dict[str, Any], named: str) -> None:
+    with pytest.raises(ValidationError, match=named):
+        controller(tmp_path, pools={"p": {"nodes": ["n1"]}}, **fields)
+    monitoring = {"prometheus_url": "http://m:9090/prometheus", "alertmanager_url": "http://m:9093"}
+    controller(tmp_path, pools={"p": {"nodes": ["n1"]}}, peers=["https://ctl2:8800"], monitoring=monitoring)
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "named"),
+    [(("pools", 0, "cpus_per_node"), 2**63, "pools[0].cpus_per_node: "),
+     (("pools", 0, "memory_mb"), 2**63, "pools[0].memory_mb: "),
+     (("remediation", "breaker_window_s"), 1e308, "remediation.breaker_window_s: ")],
+)  # fmt: skip
+def test_a_spec_number_no_machine_or_window_has_is_refused(
+    path: tuple[str | int, ...], value: float, named: str
+) -> None:
+    data = lab_data()
+    put(path, value)(data)
+    with pytest.raises(SpecError) as refused:
+        parse_spec(data)
+    assert [p for p in refused.value.problems if p.startswith(named)], refused.value.problems
+
+
+@pytest.mark.parametrize(
+    ("fields", "why"),
+    [({"master_host": "gpu7;touch /tmp/x;#"}, "master_host\n  Value error, 'gpu7;touch /tmp/x;#' is not a host"),
+     ({"master_address": "10.0.0.5\n"}, "master_address\n  Value error, '10.0.0.5\\n' is not a host"),
+     ({"peers": ["cs1:99999"]}, "peers.0\n  Value error, 'cs1:99999': port 99999 does not exist"),
+     ({"peers": ["cs1", "cs2", "cs1:9422"]}, "peers\n  Value error, cs1:9422 is listed twice (also as cs1)")],
+)  # fmt: skip
+def test_a_storage_watchers_hosts_are_one_word_and_its_peers_each_count_once(
+    tmp_path: Path, fields: dict[str, Any], why: str
+) -> None:
+    from ha_ops.storage.failover import FailoverConfig
+
+    base = {"id": "w", "master_host": "mfs-m", "master_address": "10.0.0.5", "peers": ["cs1", "cs2:9422", "cs3"],
+            "fence_command": "true", "promote_command": "true", "state_dir": tmp_path}  # fmt: skip
+    FailoverConfig.model_validate(base)
+    with pytest.raises(ValidationError) as refused:
+        FailoverConfig.model_validate(base | fields)
+    assert why in str(refused.value), str(refused.value)
+
+
+def test_waits_of_1e308_seconds_are_refused_in_plans_runbooks_rollouts_and_game_day_reports() -> None:
+    from ha_ops.chaos.plan import GameDayPlan
+    from ha_ops.plan.gameday_input import times_from_report
+    from ha_ops.plan.presets import PRESETS
+    from ha_ops.runbooks.verify import Check, ManualStep
+
+    condition = {"probe": "slurm_nodes_in_service"}
+    fault = {"name": "f", "experiment": "x.yaml", "detect": condition, "recover": condition}
+    for plan, named in (({"pause_between_s": 1e308}, r"pause_between_s\n"),
+                        ({"faults": [fault | {"timeout_s": 1e308}]}, r"faults\.0\.timeout_s\n")):  # fmt: skip
+        with pytest.raises(ValidationError, match=named):
+            GameDayPlan.model_validate({"name": "g", "faults": [fault]} | plan)
+    with pytest.raises(ValidationError, match=r"within_s\n"):
+        Check.model_validate(condition | {"claim": "c", "within_s": 1e308})
+    with pytest.raises(ValidationError, match=r"timeout_s\n"):
+        ManualStep.model_validate({"step": "s", "run": "{ha_ops} controller status", "timeout_s": 1e308})
+    for policy in ({"drain": {"timeout_s": 1e308}}, {"soak_s": 1e308}, {"burn_in_timeout_s": 1e308}):
+        with pytest.raises(SpecError) as refused:
+            build_policy(policy)
+        assert refused.value.problems[0].startswith(next(iter(policy)) + ("." if "drain" in policy else ":"))
+    # Two faults of 1e308 s summed to infinity in the simulator's means.
+    faults = [{"name": f"GPU XID 79 on gpu{i}", "time_to_detect_s": 1.0, "time_to_recover_s": 1e308} for i in (1, 2)]
+    with pytest.raises(SpecError, match=r"faults\.0\.time_to_recover_s: Input should be less than or equal"):
+        times_from_report({"gameday": "g", "faults": faults}, PRESETS["nhc-5min"])

@@ -1,13 +1,16 @@
 """Every input parser, fuzzed: whatever the input, the parser returns or refuses it with ha-ops' own error (exit 2
 naming the field, or a 400 from the controller's API). A traceback (TypeError, RecursionError, UnicodeDecodeError,
-a bare ValueError) is a failure. The hostile inputs the issue found are tried on each parser, then hypothesis
-mutates a valid example of each: values replaced, keys dropped and added, the text cut and spliced.
+a bare ValueError) is a failure, and so is garbage accepted: an input the parser's oracle (fuzz_oracles.py) knows
+must be refused (NaN or 1e308 seconds, GPU 256, a URL that is not one, a node listed twice, template syntax in a
+spec string...) that the parser took. The hostile inputs the issue found are tried on each parser, then hypothesis
+mutates a valid example of each: values replaced, keys dropped and added, the text cut and spliced; the examples of
+issue 44's findings 8 and 9 are fed to their parsers and oracles as they are.
 
-`tests/bench/fuzz_parsers.py` runs more examples and prints, per parser, the inputs tried (HA_OPS_FUZZ_FIGURES)."""
+`tests/bench/fuzz_parsers.py` runs more examples and prints, per parser, the inputs tried and how each ended: a clean
+error, a traceback, garbage accepted (HA_OPS_FUZZ_FIGURES)."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 from collections.abc import Callable
@@ -21,18 +24,21 @@ from hypothesis import strategies as st
 
 from ha_ops.errors import HaOpsError
 from ha_ops.remediation.server import AlertmanagerWebhook, BadRequest, parse_body
+from tests.unit.fuzz_oracles import FINDINGS, FLEET, garbage
+from tests.unit.fuzz_rules import dropped, paths_in, replaced, value_at
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = int(os.environ.get("HA_OPS_FUZZ_EXAMPLES", "60"))
-FIGURES = os.environ.get("HA_OPS_FUZZ_FIGURES")  # a folder: each parser's count of inputs tried, for the bench
+FIGURES = os.environ.get("HA_OPS_FUZZ_FIGURES")  # a folder: per parser, its inputs' outcomes counted, for the bench
 SETTINGS = settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
                     suppress_health_check=list(HealthCheck))  # fmt: skip
 
 
 def _report() -> dict[str, Any]:
     return {"node": "gpu1", "seq": 3, "agent_id": "a1", "sent_at": 1.0, "state": "unhealthy", "action": "drain",
-            "reason": "XID 79", "gpus": [], "findings": [{"check": "xid", "severity": "critical", "action": "drain",
-                                                          "message": "XID 79", "gpu": 0, "xid": 79}]}  # fmt: skip
+            "reason": "XID 79", "gpus": [{"index": 0, "state": "unhealthy"}],
+            "findings": [{"check": "xid", "severity": "critical", "action": "drain", "message": "XID 79", "gpu": 0,
+                          "xid": 79}]}  # fmt: skip
 
 
 def _webhook() -> dict[str, Any]:
@@ -41,8 +47,16 @@ def _webhook() -> dict[str, Any]:
          "annotations": {"summary": "x"}, "startsAt": "2026-01-01T00:00:00Z"}]}  # fmt: skip
 
 
+def _agent_config() -> dict[str, Any]:
+    # reporting to the controllers over TLS: their URLs are fuzzed too (issue 44, finding 8)
+    return {"node": "gpu1", "backend": "fake", "controller": {
+        "urls": ["https://10.0.0.1:8800", "https://10.0.0.2:8800"],
+        "tls": {"ca_file": "/tmp/fz/ca.crt", "cert_file": "/tmp/fz/a.crt", "key_file": "/tmp/fz/a.key"}}}  # fmt: skip
+
+
 def _controller_config() -> dict[str, Any]:
     return {"id": "ctl1", "state_dir": "/tmp/fz/state", "partition": "gpu", "peers": ["https://10.0.0.2:8800"],
+            "lease_ttl_s": 10, "lease_renew_s": 3, "lease_margin_s": 2,
             "tls": {"ca_file": "/tmp/fz/ca.crt", "cert_file": "/tmp/fz/s.crt", "key_file": "/tmp/fz/s.key"},
             "pools": {"gpu": {"nodes": ["gpu1", "gpu2"], "spares": ["gpu3"]}},
             "access": {"reset_gpu_command": "nvidia-smi -r -i {gpu}", "reboot_command": "reboot"},
@@ -86,6 +100,15 @@ def _load_experiment(path: Path) -> object:
     return load_experiment(path, cluster={"ha_ops_target": "lab:fuzz"})
 
 
+def _runbook() -> dict[str, Any]:
+    """The GPU runbook as its front matter (fuzzed field by field) and its Markdown body, written back between '---'
+    lines (write)."""
+    front, body = (REPO / "runbooks/gpu-failure.md").read_text()[4:].split("\n---\n", 1)
+    data = yaml.safe_load(front)
+    data["trigger"]["experiment"] = str((REPO / "runbooks" / data["trigger"]["experiment"]).resolve())
+    return {"front": data, "body": body}
+
+
 def _load_runbook(path: Path) -> object:
     from ha_ops.runbooks.verify import load_runbook
 
@@ -98,9 +121,13 @@ def _rollout_policy() -> dict[str, Any]:
 
 
 def _read_rollout_policy(path: Path) -> object:
+    """The policy file planned against FLEET, as `ha-ops rollout` reads and plans it (request.plan_request): a canary
+    is judged against the fleet (issue 44, finding 8)."""
+    from ha_ops.rollout.plan import FleetNode, plan_rollout
     from ha_ops.rollout.request import policy_from
 
-    return policy_from(path, {})
+    fleet = [FleetNode(name, f"rack{i % 2}", driver_version="550.1") for i, name in enumerate(FLEET)]
+    return plan_rollout(fleet, policy_from(path, {})[0], "570.2")
 
 
 def _parse_report(path: Path) -> object:
@@ -126,9 +153,12 @@ def _parse_certificate_request(path: Path) -> object:
 
 
 def _verify_audit(path: Path) -> object:
+    """As `ha-ops audit verify` judges a log: its problems, each naming the line, are its refusal (exit 1)."""
     from ha_ops.remediation.audit import verify
 
-    return verify(path)
+    if problems := verify(path):
+        raise HaOpsError("; ".join(problems))
+    return problems
 
 
 def _read_journal(path: Path) -> object:
@@ -185,8 +215,7 @@ def _rollout_state() -> dict[str, Any]:
 # name -> (a valid example's data, how it is written, the parser reading that file)
 PARSERS: dict[str, tuple[Callable[[], Any], str, Callable[[Path], object]]] = {
     "cluster spec": (_yaml_file("examples/lab.yaml"), "yaml", _loader("ha_ops.spec", "load_spec")),
-    "agent config": (lambda: {"node": "gpu1", "backend": "fake"}, "yaml",
-                     _loader("ha_ops.health.config", "load_agent_config")),
+    "agent config": (_agent_config, "yaml", _loader("ha_ops.health.config", "load_agent_config")),
     "controller config": (_controller_config, "yaml",
                           _loader("ha_ops.remediation.config", "load_controller_config")),
     "storage failover config": (_failover_config, "yaml", _loader("ha_ops.storage.failover", "load_failover_config")),
@@ -198,8 +227,7 @@ PARSERS: dict[str, tuple[Callable[[], Any], str, Callable[[Path], object]]] = {
     "controller state": (_state, "json", _read_state),
     "fault journal": (_journal, "json", _read_journal),
     "audit log": (lambda: None, "audit", _verify_audit),
-    "runbook": (lambda: (REPO / "runbooks/gpu-failure.md").read_text().replace("../chaos/", f"{REPO}/chaos/"), "text",
-                _load_runbook),
+    "runbook": (_runbook, "runbook", _load_runbook),
     "rollout state": (_rollout_state, "json", _read_rollout),
     "rollout policy (--policy)": (_rollout_policy, "yaml", _read_rollout_policy),
     "game-day report": (_gameday_report, "json", _read_gameday),
@@ -235,60 +263,48 @@ def write(path: Path, data: Any, kind: str) -> None:
         path.write_text(yaml.safe_dump(data, allow_unicode=True) if not isinstance(data, str) else data)
     elif kind == "audit":
         path.write_text(data if isinstance(data, str) else "")
+    elif kind == "runbook" and isinstance(data, dict) and set(data) <= {"front", "body"}:
+        body = data.get("body")  # (the front matter between '---' lines, then the body)
+        front = yaml.safe_dump(data.get("front"), allow_unicode=True)
+        path.write_text(f"---\n{front}---\n" + (body if isinstance(body, str) else yaml.safe_dump(body)))
     else:
         path.write_text(data if isinstance(data, str) else yaml.safe_dump(data))
 
 
-def parse(name: str, data: Any, folder: Path) -> None:
-    """Run the parser; only its own refusals may come out."""
-    _, kind, parser = PARSERS[name]
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / ("state.json" if name == "rollout state" else f"input.{'md' if kind == 'text' else kind}")
-    write(path, data, kind)
-    with contextlib.suppress(HaOpsError, BadRequest):
-        parser(path)
+def input_path(name: str, folder: Path) -> Path:
+    kind = PARSERS[name][1]
+    return folder / ("state.json" if name == "rollout state" else f"input.{'md' if kind == 'runbook' else kind}")
+
+
+def tally(name: str, outcome: str) -> None:
+    """One more input of parser `name` ended in `outcome` (clean, accepted, traceback; known: garbage by its oracle;
+    garbage: accepted though known garbage), for the bench."""
     if FIGURES:
-        counts = Path(FIGURES) / f"{name}.count"
+        counts = Path(FIGURES) / f"{name}.{outcome}"
         counts.write_text(str(int(counts.read_text()) + 1 if counts.exists() else 1))
 
 
-def paths_in(value: Any, prefix: tuple = ()) -> list[tuple]:
-    """Every place in a document: the places a mutation may hit."""
-    found = [prefix]
-    if isinstance(value, dict):
-        for k, v in value.items():
-            found += paths_in(v, (*prefix, k))
-    elif isinstance(value, list):
-        for i, v in enumerate(value):
-            found += paths_in(v, (*prefix, i))
-    return found
-
-
-def replaced(value: Any, path: tuple, new: Any) -> Any:
-    if not path:
-        return new
-    head, rest = path[0], path[1:]
-    if isinstance(value, dict):
-        return {**value, head: replaced(value[head], rest, new)}
-    out = list(value)
-    out[head] = replaced(out[head], rest, new)
-    return out
-
-
-def dropped(value: Any, path: tuple) -> Any:
-    if not path:
-        return value
-    if len(path) == 1:
-        if isinstance(value, dict):
-            return {k: v for k, v in value.items() if k != path[0]}
-        return [v for i, v in enumerate(value) if i != path[0]]
-    return replaced(value, path[:-1], dropped(_at(value, path[:-1]), path[-1:]))
-
-
-def _at(value: Any, path: tuple) -> Any:
-    for part in path:
-        value = value[part]
-    return value
+def parse(name: str, data: Any, folder: Path) -> str:
+    """Run the parser: only its own refusals may come out ("clean"), and what it accepts ("accepted") must not be
+    garbage by its oracle."""
+    parser = PARSERS[name][2]
+    folder.mkdir(parents=True, exist_ok=True)
+    path = input_path(name, folder)
+    write(path, data, PARSERS[name][1])
+    outcome = "traceback"  # (unless the parser returns or refuses)
+    try:
+        parser(path)
+        outcome = "accepted"
+    except (HaOpsError, BadRequest):
+        outcome = "clean"
+    finally:
+        tally(name, outcome)
+    if (why := garbage(name, data, folder)) is not None:
+        tally(name, "known")  # (the oracle's garbage, refused or not: what the figures say it could fail on)
+        if outcome == "accepted":
+            tally(name, "garbage")
+            pytest.fail(f"{name} accepted garbage: {why}")
+    return outcome
 
 
 json_values = st.recursive(
@@ -301,9 +317,10 @@ json_values = st.recursive(
 @pytest.mark.parametrize("name", sorted(PARSERS))
 def test_the_valid_example_parses(name: str, tmp_path: Path) -> None:
     example, kind, parser = PARSERS[name]
-    path = tmp_path / ("state.json" if name == "rollout state" else f"input.{'md' if kind == 'text' else kind}")
+    path = input_path(name, tmp_path)
     write(path, example(), kind)
     parser(path)  # the example is valid: no refusal either (else the mutations below would test nothing)
+    assert garbage(name, example(), tmp_path) is None  # nor garbage by its oracle (which would then judge nothing)
 
 
 @pytest.mark.parametrize("name", sorted(PARSERS))
@@ -336,8 +353,8 @@ def test_mutated_examples_are_parsed_or_refused_without_a_traceback(
                 doc = replaced(doc, place, data.draw(st.sampled_from(HOSTILE_VALUES)))
             elif how == "drop" and place:
                 doc = dropped(doc, place)
-            elif how == "add" and isinstance(_at(doc, place), dict):
-                doc = replaced(doc, place, {**_at(doc, place), data.draw(st.text(max_size=8)): data.draw(json_values)})
+            elif how == "add" and isinstance(inner := value_at(doc, place), dict):
+                doc = replaced(doc, place, {**inner, data.draw(st.text(max_size=8)): data.draw(json_values)})
         if isinstance(doc, dict) and set(doc) == {"text"} and isinstance(doc["text"], str):
             doc = doc["text"]
         parse(name, doc, folder)
@@ -359,10 +376,23 @@ def test_an_experiment_path_no_file_can_have_is_refused_naming_its_field(name: s
         document["faults"][0]["experiment"] = path
         field = "faults[" + document["faults"][0]["name"] + "].experiment"
     else:
-        document = document.replace("experiment: ", f"experiment: {json.dumps(path)}  # was: ", 1)
+        document["front"]["trigger"]["experiment"] = path
         field = "trigger.experiment"
-    source = tmp_path / f"input.{'md' if kind == 'text' else kind}"
+    source = input_path(name, tmp_path)
     write(source, document, kind)
+    assert garbage(name, document, tmp_path) is not None  # (the oracle knows it too)
     with pytest.raises(HaOpsError) as refused:
         parser(source)
     assert getattr(refused.value, "problems", [""])[0].startswith(f"{field}: "), refused.value
+
+
+@pytest.mark.parametrize(("name", "what", "mutate"), FINDINGS, ids=[f"{n}: {w}" for n, w, _ in FINDINGS])
+def test_the_garbage_of_issue_44_is_garbage_to_the_oracles_and_refused(
+    name: str, what: str, mutate: Callable[[Any], None], tmp_path: Path
+) -> None:
+    """Findings 8 and 9's examples, each on the parser that took it: its oracle calls it garbage (so the fuzz can
+    fail on it) and the parser refuses it with its own error."""
+    document = PARSERS[name][0]()
+    mutate(document)
+    assert garbage(name, document, tmp_path) is not None, what
+    assert parse(name, document, tmp_path) == "clean", what
