@@ -57,9 +57,9 @@ class SlurmFencing(Runnable):
     def step(self, controllers: list[tuple[str, str]], asked_at: float | None = None) -> None:
         self.slurm_controllers = list(controllers)
         term = self.term
+        # When this controller last heard an agent itself: a peer's reports prove nothing of its own reach.
+        heard_at = self.leadership.last_heard()
         with term.lock:
-            # When this controller last heard an agent itself: a peer's reports prove nothing of its own reach.
-            heard_at = max(self.leadership.heard.values(), default=0.0)
             fences = dict(term.state.fences) if term.state is not None else {}
             token = term.token
         host = self.watch.observe(controllers, self.clock(), asked_at, heard_at, token)

@@ -62,6 +62,9 @@ class Leadership:
         self.peer_views: list[View] = []  # as read at the last lease step
         self.slurm_ok_at = 0.0  # the last successful read of Slurm's node states
         self.heard: dict[str, float] = {}  # node -> when its agent's report last arrived here (leader or standby)
+        # Its own lock, not the term's: a report is heard at once, never behind a tick that holds the term's lock
+        # over 25,000 nodes (issue 43: a fifth of the busy time at 25,000 nodes was reports waiting there).
+        self.heard_lock = threading.Lock()
         self.on_term: Callable[[], None] = lambda: None  # a term began (app.py: the loops start at once)
         self.renewed_at = 0.0  # when the lease was last renewed or taken (the step renews only when one is due)
         self.stepped_at = clock()  # when the lease step last finished (renew_run stops renewing for a stuck one)
@@ -77,13 +80,19 @@ class Leadership:
         return record.holder if record and record.expires_at > self.clock() else ""
 
     def own_view(self) -> View:
-        with self.term.lock:
-            return View(id=self.config.id, at=self.clock(), slurm_ok_at=self.slurm_ok_at, agents=dict(self.heard))
+        with self.heard_lock:
+            agents = dict(self.heard)
+        return View(id=self.config.id, at=self.clock(), slurm_ok_at=self.slurm_ok_at, agents=agents)
+
+    def last_heard(self) -> float:
+        """When this controller last heard an agent itself (0 if never)."""
+        with self.heard_lock:
+            return max(self.heard.values(), default=0.0)
 
     def heard_from(self, node: str) -> None:
         """An agent's report arrived (accepted, or refused by a standby): the agent reaches this controller."""
         if node in self.known:  # (a report naming a node not configured is refused later; it must not grow the view)
-            with self.term.lock:
+            with self.heard_lock:
                 self.heard[node] = self.clock()
 
     def _compare_views(self) -> View | None:

@@ -46,10 +46,14 @@ def judge(state: ControllerState, views: dict[str, NodeView], config: Controller
         for n, v in polled.items()
         if not state.nodes[n].phase.out_of_service and state.nodes[n].maintenance is None
     }
+    # Each node's last word and whether its scheduler reaches it, once: at 25,000 nodes this runs at every poll, under
+    # the term's lock (issue 43).
+    heard_at = {n: _heard_at(state.nodes[n], v) for n, v in polled.items()}
+    down = [n for n, v in polled.items() if not observers.responding(v.state)]
     contact = state.contact
     heard_count, answering, total = observers.observe(
         contact,
-        (observers.Observation(n, v.state, _heard_at(state.nodes[n], v)) for n, v in expected.items()),
+        (observers.Observation(n, v.state, heard_at[n]) for n, v in expected.items()),
         now,
         polled_at=max(v.polled_at for v in polled.values()),
         window_s=config.blind_after_s,
@@ -64,8 +68,9 @@ def judge(state: ControllerState, views: dict[str, NodeView], config: Controller
     lost: set[str] = set()
     held: dict[str, str] = {}
     if sound_since is not None:
-        suspects = [n for n, v in polled.items() if _silent_and_down(state.nodes[n], v, sound_since, config, now)]
-        heard_now = {n: now - _heard_at(state.nodes[n], v) <= config.blind_after_s for n, v in expected.items()}
+        suspects = [n for n in down
+                    if _silent_and_down(state.nodes[n], polled[n], heard_at[n], sound_since, config, now)]  # fmt: skip
+        heard_now = {n: now - heard_at[n] <= config.blind_after_s for n in expected}
         domain_of = {node: domain for domain, members in config.failure_domains.items() for node in members}
         for name in suspects:
             reason = observers.domain_silent(name, domain_of, config.failure_domains, heard_now, config.observer_quorum)
@@ -75,10 +80,9 @@ def judge(state: ControllerState, views: dict[str, NodeView], config: Controller
         # this very poll: the agents' heartbeats are spread over seconds, so the nodes a partition silenced together
         # cross agent_silence_s one poll apart. On its way: in service, down, and silent past blind_after_s.
         by_pool: dict[str, list[str]] = defaultdict(list)
-        for name, view in expected.items():
-            rec = state.nodes[name]
-            if name not in held and not observers.responding(view.state) and not heard_now[name]:
-                by_pool[rec.pool].append(name)
+        for name in down:
+            if name in expected and name not in held and not heard_now[name]:
+                by_pool[state.nodes[name].pool].append(name)
         limits = {pool: breaker_limit(state, pool, config.safety) for pool in by_pool}
         held |= {n: why for n, why in observers.mass_verdict(by_pool, limits).items() if n in suspects}
         lost = {n for n in suspects if n not in held}
@@ -88,8 +92,9 @@ def judge(state: ControllerState, views: dict[str, NodeView], config: Controller
     return Verdict(lost=frozenset(lost), notes=tuple(notes))
 
 
-def _silent_and_down(rec: NodeRecord, view: NodeView, sound_since: float, config: ControllerConfig, now: float) -> bool:
+def _silent_and_down(rec: NodeRecord, view: NodeView, heard_at: float, sound_since: float, config: ControllerConfig,
+                     now: float) -> bool:  # fmt: skip
     # Silence is what this leader observed with a whole view: from when it began to lead, and from when its contact
     # with the fleet came back, never from before.
-    heard = max(_heard_at(rec, view), sound_since)
+    heard = max(heard_at, sound_since)
     return rec.maintenance is None and node_lost(view.state, now - heard > config.agent_silence_s)

@@ -288,7 +288,8 @@ def on_tick(
         # Act when a node is found lost (or again while its cordon waits for the rate limit), not on every poll: a
         # refused cordon (breaker open) is not retried and logged forever.
         newly_lost = lost and (not rec.lost or rec.name in state.deferred)
-        rec.slurm_state, rec.lost = slurm_state, lost
+        if (rec.slurm_state, rec.lost) != (slurm_state, lost):  # (a model's setattr validates: only on a change)
+            rec.slurm_state, rec.lost = slurm_state, lost
         if newly_lost and not rec.phase.out_of_service:
             who = "Kubernetes" if config.scheduler == "kubernetes" else "Slurm"
             why = f"lost: {who} reports it {slurm_state}, its agent is silent"
@@ -308,6 +309,8 @@ def on_tick(
             out.intents += taken.intents
             out.notes += taken.notes + ([taken.ignored] if taken.ignored else [])
     for rec in state.nodes.values():
+        if rec.phase is NodePhase.HEALTHY:
+            continue  # nothing below is for a healthy node (most of a fleet, at every tick)
         view = views.get(rec.name, NO_VIEW)
         drain = episode_done(state, rec, "drain") if rec.phase == NodePhase.CORDONED else None
         if drain is not None and drain.status == "failed":
