@@ -10,18 +10,10 @@ from pydantic import Field, model_validator
 
 from ha_ops.errors import SpecError
 from ha_ops.monitoring.web import MonitoringClient
+from ha_ops.remediation import heartbeats as beats
 from ha_ops.remediation.audit_sink import AuditSinkConfig
 from ha_ops.remediation.certificates import CertificatesConfig
 from ha_ops.remediation.fence_config import SlurmFence
-from ha_ops.remediation.heartbeats import (
-    DEFAULT_AGENT_SILENCE_S,
-    DEFAULT_BLIND_AFTER_S,
-    Heartbeats,
-    default_windows,
-    fleet_size,
-    heartbeat_s,
-    window_problems,
-)
 from ha_ops.security.tls import INSECURE_WITHOUT_TLS, TlsFiles
 from ha_ops.util.command_template import GpuCommand, NodeCommand
 from ha_ops.util.http_front import Limits
@@ -260,10 +252,10 @@ class ControllerConfig(ConfigModel):
     lease_ttl_s: float = Field(3.0, gt=0, le=3600)
     lease_renew_s: float = Field(1.0, gt=0, le=3600)
     lease_margin_s: float = Field(0.5, ge=0, le=3600)
-    heartbeats: Heartbeats = Field(default_factory=Heartbeats, description="How often the agents are asked to "
-                                   "beat, scaled to the fleet (ha_ops.remediation.heartbeats).")  # fmt: skip
+    heartbeats: beats.Heartbeats = Field(default_factory=beats.Heartbeats, description="How often the agents are "
+                                         "asked to beat, scaled to the fleet (remediation/heartbeats.py).")  # fmt: skip
     blind_after_s: float = Field(
-        DEFAULT_BLIND_AFTER_S,
+        beats.DEFAULT_BLIND_AFTER_S,
         gt=0,
         description="A controller that has heard no agent for this long while another controller has is blind: as "
         "the leader it steps down, as the standby it does not take the lease. Over the agents' heartbeat, so that a "
@@ -296,7 +288,7 @@ class ControllerConfig(ConfigModel):
     slurm_timeout_s: float = 10.0
     node_poll_s: float = Field(2.0, gt=0, description="How often Slurm's node states are read (lost nodes).")
     agent_silence_s: float = Field(
-        DEFAULT_AGENT_SILENCE_S,
+        beats.DEFAULT_AGENT_SILENCE_S,
         gt=0,
         description="No agent report for this long, and the scheduler finds the node not responding: it is lost "
         "(unset: 3 heartbeats, 30 s at least).",
@@ -335,12 +327,17 @@ class ControllerConfig(ConfigModel):
     @model_validator(mode="before")
     @classmethod
     def _windows_for_the_fleet(cls, data: Any) -> Any:
-        return default_windows(data)
+        return beats.default_windows(data)
 
     @property
     def agent_heartbeat_s(self) -> float:
         """The heartbeat the agents are asked for, in the answers to their reports."""
-        return heartbeat_s(fleet_size(self.pools), self.heartbeats)
+        return beats.heartbeat_s(beats.fleet_size(self.pools), self.heartbeats)
+
+    @property
+    def node_states_poll_s(self) -> float:
+        """How often every node's scheduler state is read (remediation/heartbeats.py: slower in a large fleet)."""
+        return max(self.node_poll_s, self.agent_heartbeat_s / beats.POLLS_PER_HEARTBEAT)
 
     @model_validator(mode="after")
     def _state_somewhere(self) -> ControllerConfig:
@@ -357,8 +354,8 @@ class ControllerConfig(ConfigModel):
         enrolling = self.certificates is not None and self.certificates.enrollment is not None
         if enrolling and self.kubernetes is None:
             raise ValueError("certificates.enrollment: needs kubernetes (tokens are reviewed by its API server)")
-        if problems := window_problems(self.blind_after_s, self.agent_silence_s, self.agent_heartbeat_s,
-                                       fleet_size(self.pools)):  # fmt: skip
+        if problems := beats.window_problems(self.blind_after_s, self.agent_silence_s, self.agent_heartbeat_s,
+                                             beats.fleet_size(self.pools)):  # fmt: skip
             raise ValueError("; ".join(problems))
         if self.agent_silence_s <= self.blind_after_s:
             # Silence counts from when the leader's view became whole again: this is its settle window after a mend.

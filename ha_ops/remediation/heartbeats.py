@@ -24,6 +24,10 @@ from ha_ops.util.models import ConfigModel
 
 BLIND_HEARTBEATS = 1.5  # blind_after_s: every live agent heard within it, one late beat allowed
 SILENCE_HEARTBEATS = 3.0  # agent_silence_s: two beats missed before silence counts
+# Every node's scheduler state is read at least this many times a heartbeat (node_poll_s where it is shorter): 10 s at
+# 25,000 nodes, where a lost node waits for three heartbeats of silence anyway and reading 25,000 states every 2 s
+# was a sixth of the controller's core. The Slurm fence's pings keep node_poll_s, whatever the fleet.
+POLLS_PER_HEARTBEAT = 5.0
 DEFAULT_BLIND_AFTER_S = 15.0
 DEFAULT_AGENT_SILENCE_S = 30.0
 

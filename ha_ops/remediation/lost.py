@@ -59,7 +59,7 @@ def judge(state: ControllerState, views: dict[str, NodeView], config: Controller
         window_s=config.blind_after_s,
         quorum=config.observer_quorum,
         # A read that failed (a slurmctld cut off or hung costs slurm_timeout_s) leaves a gap of over this.
-        poll_gap_s=2 * config.node_poll_s + config.slurm_timeout_s,
+        poll_gap_s=2 * config.node_states_poll_s + config.slurm_timeout_s,
     )
     sound_since = contact.sound_since(state.leading_since)
     why = observers.describe(observers.Judgement(sound_since, heard_count, answering, total), now)

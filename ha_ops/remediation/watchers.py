@@ -26,7 +26,7 @@ class NodeStates(Runnable):
     on_poll: Callable[[], None]  # the decision loop ticks at once
 
     def run(self, stop: threading.Event) -> None:
-        while not stop.wait(self.config.node_poll_s):
+        while not stop.wait(self.config.node_states_poll_s):
             began = self.clock()
             try:
                 states = self.scheduler.node_states_and_reasons()

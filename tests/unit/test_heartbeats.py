@@ -63,3 +63,9 @@ def test_the_leaders_answer_to_a_report_names_the_heartbeat(tmp_path: Path) -> N
     rig.c.lease_step()
     answer = rig.c.handle_report(report())
     assert answer["heartbeat_s"] == rig.c.config.agent_heartbeat_s == 10.0
+
+
+def test_the_node_states_are_read_five_times_a_heartbeat_and_the_fence_keeps_its_pace() -> None:
+    assert config(1_500).node_states_poll_s == 2.0  # node_poll_s
+    large = config(24_999)
+    assert (large.node_states_poll_s, large.node_poll_s) == (10.0, 2.0)  # (the Slurm fence pings at node_poll_s)
