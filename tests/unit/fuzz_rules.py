@@ -198,15 +198,21 @@ def host_port(value: Any) -> str | None:
     return None
 
 
+def _placeholders(value: str) -> list[tuple[str, str, str | None]] | None:
+    """A template's (name, format spec, conversion) fields; None when its braces are unbalanced."""
+    try:
+        return [(n, s, c) for _, n, s, c in string.Formatter().parse(value) if n is not None]
+    except ValueError:
+        return None
+
+
 def command(*allowed: str) -> Why:
     """A configuration's command template: plain `{name}` placeholders among `allowed`, braces balanced."""
 
     def why(value: Any) -> str | None:
         if not isinstance(value, str):
             return None
-        try:
-            fields = [(n, s, c) for _, n, s, c in string.Formatter().parse(value) if n is not None]
-        except ValueError:
+        if (fields := _placeholders(value)) is None:
             return f"{value!r:.40} has an unbalanced brace"
         bad = [n for n, s, c in fields if n not in allowed or s or c]
         return f"{value!r:.40} names {bad[0]!r}, not one of {allowed}" if bad else None
@@ -221,9 +227,7 @@ def runbook_command(value: Any) -> str | None:
 
     if not isinstance(value, str):
         return None
-    try:
-        fields = [(n, s, c) for _, n, s, c in string.Formatter().parse(value) if n is not None]
-    except ValueError:
+    if (fields := _placeholders(value)) is None:
         return f"{value!r:.40} has an unbalanced brace"
     for name, spec, conversion in fields:
         if name not in NAMES or conversion or (name in PER_HOST and not spec):
