@@ -132,7 +132,13 @@ def test_a_killed_master_is_replaced_without_a_human_no_file_lost_and_slurm_keep
     slab.node("mfsml").stop("storage-watch")
     slab.up()
     assert slab.state().services["mfsm/mfsmaster"].masked and not slab.node("mfsm").is_running("mfsmaster")
-    slab.node("mfsm").power_cycle()
-    assert not slab.node("mfsm").is_running("mfsmaster") and slab.node("mfsm").powered_on()
+    mfsm = slab.node("mfsm")
+    mfsm.power_cycle()
+    # (Named when it fails: stop 55's CI once found the node not powered on right after its power cycle, and two runs
+    # of the module after it passed.)
+    stopped = [s for s in mfsm.services() if not mfsm.is_masked(s) and not mfsm.is_running(s)]
+    assert not mfsm.is_running("mfsmaster") and mfsm.powered_on(), f"not running: {stopped}, links down: " + str(
+        mfsm.links_down()
+    )
     assert storage_ops.unreadable_files(slab, manifest) == []
     assert len(audit.read_text().splitlines()) == 2
