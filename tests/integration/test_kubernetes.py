@@ -68,6 +68,7 @@ from ha_ops.security.pki import CertificateAuthority
 from ha_ops.security.tls import ReloadingContext, TlsFiles
 from ha_ops.spec import parse_spec
 from ha_ops.spec.model import Kubernetes
+from ha_ops.util.tools import tool
 from ha_ops.util.wait import wait_for
 from tests.labkit import REPO, firewall_matrix_problems, lab_spec, running_lab
 
@@ -229,7 +230,7 @@ def test_a_deployment_spreads_over_gpu_nodes_and_recovers_from_a_lost_node(klab:
 
 def kubectl(klab: Lab, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     """The built kubectl against the lab's API server, as an operator runs it."""
-    return subprocess.run([str(REPO / "tools" / "bin" / "kubectl"), "--kubeconfig",
+    return subprocess.run([str(tool("kubectl")), "--kubeconfig",
                            str(kubernetes.kubeconfig_path(klab.ctx)), *args], input=stdin, capture_output=True,
                           text=True, timeout=60)  # fmt: skip
 

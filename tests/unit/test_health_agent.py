@@ -842,3 +842,38 @@ def test_an_unhealthy_condition_waits_its_jitter_after_an_accepted_report_and_no
     gpus.clear()
     sweep(agent)
     assert events[-2:] == [("report", HealthState.HEALTHY), ("condition", HealthState.HEALTHY)]
+
+
+def test_the_agents_healthz_follows_its_own_sweeps(gpus: FakeGpus, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The agent's /healthz as the kubelet probes it (issue 44, finding 11): wired to the agent's own sweeps, not
+    only to the server: 200 once it sweeps, 503 after the stall time without one, 200 again after the next."""
+    import socket
+    import urllib.error
+    import urllib.request
+
+    import ha_ops.health.agent as agent_module
+
+    monkeypatch.setattr(agent_module, "MIN_STALL_S", 0.5)  # (a minute in a real agent)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    agent = make_agent(gpus, metrics={"address": "127.0.0.1", "port": port}, sweep_interval_s=0.01)
+
+    def healthz() -> int:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as answer:
+                return int(answer.status)
+        except urllib.error.HTTPError as exc:
+            return exc.code
+
+    server = agent.start_metrics()
+    try:
+        sweep(agent)
+        assert healthz() == 200
+        time.sleep(1.0)  # no sweep for twice the stall time
+        assert healthz() == 503
+        sweep(agent)
+        assert healthz() == 200
+    finally:
+        server.shutdown()  # type: ignore[union-attr]
+        server.server_close()  # type: ignore[union-attr]

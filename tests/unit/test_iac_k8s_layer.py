@@ -266,14 +266,17 @@ def test_in_its_namespace_the_controller_may_only_use_leases_and_configmaps_and_
     assert deploy["spec"]["template"]["spec"]["serviceAccountName"] == "ha-ops-controller"
 
 
-def _policies(mocks: Harness) -> dict[str, dict[str, Any]]:
+def _policy_objects(mocks: Harness) -> dict[str, dict[str, Any]]:
     found: list[Registered] = mocks.of_type("kubernetes:networking.k8s.io/v1:NetworkPolicy")
-    return {r.inputs["metadata"]["name"]: r.inputs["spec"] for r in found}
+    return {r.inputs["metadata"]["name"]: r.inputs for r in found}
+
+
+def _policies(mocks: Harness) -> dict[str, dict[str, Any]]:
+    return {name: inputs["spec"] for name, inputs in _policy_objects(mocks).items()}
 
 
 def _policy_namespaces(mocks: Harness) -> dict[str, str]:
-    found: list[Registered] = mocks.of_type("kubernetes:networking.k8s.io/v1:NetworkPolicy")
-    return {r.inputs["metadata"]["name"]: r.inputs["metadata"]["namespace"] for r in found}
+    return {name: inputs["metadata"]["namespace"] for name, inputs in _policy_objects(mocks).items()}
 
 
 def test_network_policies_deny_by_default_and_allow_only_what_is_needed(mocks: Harness) -> None:
